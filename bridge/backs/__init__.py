@@ -1,0 +1,18 @@
+"""Backs: what runs a turn. One module per kind; `make_back` picks by config."""
+
+from __future__ import annotations
+
+from bridge.backs.base import AgentInfo, Back, BackSession
+from bridge.config import Route
+
+__all__ = ["AgentInfo", "Back", "BackSession", "make_back"]
+
+
+def make_back(name: str, route: Route) -> Back:
+    """The back for a route. Imports are local so a route loads only what it uses."""
+    kind = route.back.__struct_config__.tag
+    if kind == "demo":
+        from bridge.backs.demo import DemoBack
+
+        return DemoBack(name, route)
+    raise ValueError(f"unknown back kind {kind!r}")  # config validation makes this unreachable

@@ -1,0 +1,175 @@
+"""The `agent-bridge` command: a thin click shell over the daemon's entry points.
+
+Exit codes are named (sysexits.h): a configuration error exits 78 (EX_CONFIG) so
+systemd does not restart-loop on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+from bridge import __version__
+from bridge.errors import ConfigError
+
+__all__ = ["main"]
+
+EX_OK = 0
+EX_TURN_FAILED = 1
+EX_USAGE = 64
+EX_SOFTWARE = 70
+EX_CONFIG = 78
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _load(config_path: str | None) -> Any:
+    from bridge.config import load_config
+
+    try:
+        return load_config(config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(f"config error: {problem}", err=True)
+        sys.exit(EX_CONFIG)
+
+
+def _pick_route(config: Any, route: str | None) -> str:
+    name = route or config.default_route or (next(iter(config.routes)) if len(config.routes) == 1 else None)
+    if name is None:
+        click.echo(f"name a route: {', '.join(sorted(config.routes))}", err=True)
+        sys.exit(EX_USAGE)
+    if name not in config.routes:
+        click.echo(f"no route named {name!r}; routes are: {', '.join(sorted(config.routes))}", err=True)
+        sys.exit(EX_USAGE)
+    return name
+
+
+def _state_dir(config: Any, state_dir: str | None) -> str:
+    from bridge.daemon import default_state_dir
+
+    return state_dir or config.store.state_dir or default_state_dir()
+
+
+config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="TOML file (default: $AGENT_BRIDGE_CONFIG, else the built-in demo)."
+)
+state_option = click.option("--state-dir", type=click.Path(file_okay=False), help="Where sessions are stored.")
+log_option = click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None, help="Default: the config's log_level."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="agent-bridge")
+def main() -> None:
+    """Connect agent clients and agent backends across ACP, A2A, MCP and chat streams."""
+
+
+@main.command()
+@click.argument("route", required=False)
+@config_option
+@state_option
+@log_option
+def acp(route: str | None, config_path: str | None, state_dir: str | None, log_level: str | None) -> None:
+    """Speak ACP on stdin/stdout for ROUTE (what an editor spawns)."""
+    import trio
+
+    from bridge.daemon import run_acp_stdio
+
+    config = _load(config_path)
+    _setup_logging(log_level or config.log_level)
+    name = _pick_route(config, route)
+    # Only protocol may reach stdout: keep our own copy of it, and point fd 1 (and
+    # so any stray print) at stderr.
+    stdout_fd = os.dup(1)
+    stdin_fd = os.dup(0)
+    os.dup2(2, 1)
+    trio.run(run_acp_stdio, config, name, _state_dir(config, state_dir), stdin_fd, stdout_fd)
+
+
+@main.command()
+@click.argument("route")
+@click.argument("prompt")
+@config_option
+@state_option
+@log_option
+@click.option(
+    "--answer",
+    type=click.Choice(["allow", "reject", "first"]),
+    default=None,
+    help="Answer every question this way instead of asking on the terminal.",
+)
+@click.option("--session", "session_id", default=None, help="Continue this stored session.")
+def ask(
+    route: str,
+    prompt: str,
+    config_path: str | None,
+    state_dir: str | None,
+    log_level: str | None,
+    answer: str | None,
+    session_id: str | None,
+) -> None:
+    """Run one turn of ROUTE with PROMPT and render it as it streams."""
+    import trio
+
+    from bridge.core.content import TextContent
+    from bridge.core.events import StopReason
+    from bridge.daemon import open_runtime
+    from bridge.errors import BridgeError
+    from bridge.render import Renderer
+
+    config = _load(config_path)
+    _setup_logging(log_level or "warning")
+    name = _pick_route(config, route)
+
+    async def one_turn() -> int:
+        async with open_runtime(config, _state_dir(config, state_dir)) as manager:
+            try:
+                session = await (manager.get(session_id) if session_id else manager.create(name, cwd=os.getcwd()))
+            except BridgeError as exc:
+                click.echo(f"error: {exc.message}", err=True)
+                return EX_USAGE
+            renderer = Renderer(
+                session,
+                sys.stdout,
+                policy=answer,  # type: ignore[arg-type]
+                interactive=sys.stdin.isatty(),
+                color=sys.stdout.isatty(),
+            )
+            async with trio.open_nursery() as nursery:
+                await nursery.start(renderer.run)
+                session.subscribe(renderer)
+                ended = await session.start_turn([TextContent(text=prompt)]).wait()
+                nursery.cancel_scope.cancel()
+            click.echo(f"session: {session.id}", err=True)
+            if renderer.unanswerable:
+                return EX_TURN_FAILED
+            return EX_TURN_FAILED if ended.stop_reason is StopReason.FAILED else EX_OK
+
+    sys.exit(trio.run(one_turn))
+
+
+@main.command("check-config")
+@click.argument("file", type=click.Path(dir_okay=False))
+def check_config(file: str) -> None:
+    """Validate FILE; print every problem with its $.path and exit 78 if any."""
+    from bridge.config import load_config
+
+    try:
+        config = load_config(file)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(f"{file}: {problem}", err=True)
+        sys.exit(EX_CONFIG)
+    click.echo(f"{file}: ok, routes: {', '.join(sorted(config.routes))}")

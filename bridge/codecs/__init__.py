@@ -1,0 +1,1 @@
+"""Sans-I/O codecs: framing, JSON-RPC bookkeeping, wire ↔ canonical translation."""

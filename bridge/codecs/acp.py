@@ -1,0 +1,250 @@
+"""ACP ↔ canonical translation, sans-I/O.
+
+`from_turn(event)` gives the `session/update` an editor should see (or None when ACP
+has no place for the event); `to_turn(update)` reads an ACP agent's update back into
+the canonical model. Sub-agent events keep their parent in `_meta` (ACP v1 has no
+sub-agent concept, protocols.md §6.8): `{"agentBridge": {"parentToolCallId": ...}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.core import events as ev
+from bridge.core.content import TextContent
+from bridge.schema import acp
+
+__all__ = [
+    "META_KEY",
+    "config_options",
+    "from_turn",
+    "modes",
+    "elicitation_request",
+    "permission_request",
+    "to_turn",
+    "user_chunks",
+]
+
+META_KEY = "agentBridge"
+
+
+def _meta(event: ev.Event) -> dict[str, Any] | None:
+    if event.parent_tool_call_id is None:
+        return None
+    return {META_KEY: {"parentToolCallId": event.parent_tool_call_id}}
+
+
+def _tool_content(items: list[ev.ToolCallContent] | None) -> list[acp.ToolCallContentItem] | None:
+    if items is None:
+        return None
+    out = []
+    for c in items:
+        if c.type == "diff":
+            out.append(acp.ToolCallContentItem(type="diff", path=c.path, old_text=c.old_text, new_text=c.new_text))
+        elif c.type == "terminal":
+            out.append(acp.ToolCallContentItem(type="terminal", terminal_id=c.terminal_id))
+        else:
+            out.append(acp.ToolCallContentItem(type="content", content=c.content))
+    return out
+
+
+def _locations(items: list[ev.ToolLocation] | None) -> list[acp.ToolCallLocation] | None:
+    return None if items is None else [acp.ToolCallLocation(path=loc.path, line=loc.line) for loc in items]
+
+
+def config_options(options: list[ev.ConfigOption]) -> list[acp.SessionConfigOption]:
+    return [
+        acp.SessionConfigOption(
+            id=o.id,
+            name=o.name,
+            current_value=o.current,
+            options=[acp.ConfigSelectOption(value=v.value, name=v.name, description=v.description) for v in o.values],
+            description=o.description,
+            category=o.category,
+        )
+        for o in options
+    ]
+
+
+def modes(options: list[ev.ConfigOption]) -> acp.SessionModeState | None:
+    """The option of category "mode", also as ACP's (deprecated) session modes."""
+    for o in options:
+        if o.category == "mode":
+            return acp.SessionModeState(
+                current_mode_id=o.current,
+                available_modes=[acp.SessionMode(id=v.value, name=v.name, description=v.description) for v in o.values],
+            )
+    return None
+
+
+def from_turn(event: ev.Event) -> acp.SessionUpdate | None:
+    t = type(event)
+    if t is ev.MessageChunk:
+        e: Any = event
+        cls = acp.AgentThoughtChunk if e.thought else acp.AgentMessageChunk
+        return cls(content=e.content, message_id=e.message_id, meta=_meta(event))
+    if t is ev.ToolCallStarted:
+        e = event
+        return acp.ToolCall(
+            tool_call_id=e.tool_call_id,
+            title=e.title,
+            kind=e.kind,
+            status=e.status,
+            content=_tool_content(e.content),
+            locations=_locations(e.locations),
+            raw_input=e.raw_input,
+            meta=_meta(event),
+        )
+    if t is ev.ToolCallUpdated:
+        e = event
+        return acp.ToolCallUpdate(
+            tool_call_id=e.tool_call_id,
+            title=e.title,
+            kind=e.kind,
+            status=e.status,
+            content=_tool_content(e.content),
+            locations=_locations(e.locations),
+            raw_input=e.raw_input,
+            raw_output=e.raw_output,
+            meta=_meta(event),
+        )
+    if t is ev.PlanUpdated:
+        e = event
+        return acp.Plan(
+            entries=[acp.PlanEntry(content=p.content, priority=p.priority, status=p.status) for p in e.entries],
+            meta=_meta(event),
+        )
+    if t is ev.UsageReported:
+        e = event
+        cost = acp.Cost(amount=e.cost_amount, currency=e.cost_currency or "USD") if e.cost_amount is not None else None
+        return acp.UsageUpdate(used=e.used, size=e.size, cost=cost)
+    if t is ev.CommandsAvailable:
+        e = event
+        return acp.AvailableCommandsUpdate(
+            available_commands=[
+                acp.AvailableCommand(
+                    name=c.name, description=c.description, input=acp.CommandInput(hint=c.hint) if c.hint else None
+                )
+                for c in e.commands
+            ]
+        )
+    if t is ev.OptionsChanged:
+        return acp.ConfigOptionUpdate(config_options=config_options(event.options))  # type: ignore[union-attr]
+    if t is ev.ArtifactUpdated:
+        # A2A artifacts read as the agent's message (protocols.md §6.2); one
+        # update per part, the artifact id as the message id.
+        e = event
+        parts = e.parts or [TextContent(text="")]
+        meta = {META_KEY: {"artifactName": e.name}} if e.name else _meta(event)
+        return acp.AgentMessageChunk(content=parts[0], message_id=e.artifact_id, meta=meta)
+    # TurnStarted (replayed by the ACP front itself), questions, turn end: no update.
+    return None
+
+
+def user_chunks(event: ev.TurnStarted) -> list[acp.UserMessageChunk]:
+    """The prompt of a stored turn, replayed on `session/load`."""
+    return [acp.UserMessageChunk(content=block, message_id=f"user-{event.turn_id}") for block in event.prompt]
+
+
+def permission_request(session_id: str, question: ev.Question) -> acp.RequestPermissionParams:
+    options = [
+        acp.PermissionOption(option_id=o.id, name=o.label, kind=o.kind or "allow_once") for o in question.options
+    ]
+    tool_call = acp.ToolCallUpdate(tool_call_id=question.tool_call_id or question.id, title=question.prompt)
+    return acp.RequestPermissionParams(session_id=session_id, tool_call=tool_call, options=options)
+
+
+def elicitation_request(session_id: str, question: ev.Question) -> acp.ElicitationParams:
+    schema = question.schema or {"type": "object", "properties": {}}
+    return acp.ElicitationParams(
+        session_id=session_id, mode="form", message=question.prompt, requested_schema=schema, tool_call_id=question.tool_call_id
+    )
+
+
+def to_turn(update: acp.SessionUpdate) -> ev.Event | None:
+    """An ACP agent's update in the canonical model (None: nothing to keep)."""
+    meta = update.meta.get(META_KEY, {}) if update.meta else {}
+    parent = meta.get("parentToolCallId") if isinstance(meta, dict) else None
+    t = type(update)
+    u: Any = update
+    if t is acp.AgentMessageChunk or t is acp.AgentThoughtChunk:
+        return ev.MessageChunk(
+            content=u.content, message_id=u.message_id, thought=t is acp.AgentThoughtChunk, parent_tool_call_id=parent
+        )
+    if t is acp.ToolCall:
+        return ev.ToolCallStarted(
+            tool_call_id=u.tool_call_id,
+            title=u.title,
+            kind=u.kind or "other",
+            status=u.status or "pending",
+            raw_input=u.raw_input,
+            content=_tool_content_in(u.content),
+            locations=_locations_in(u.locations),
+            parent_tool_call_id=parent,
+        )
+    if t is acp.ToolCallUpdate:
+        return ev.ToolCallUpdated(
+            tool_call_id=u.tool_call_id,
+            title=u.title,
+            kind=u.kind,
+            status=u.status,
+            raw_input=u.raw_input,
+            raw_output=u.raw_output,
+            content=_tool_content_in(u.content),
+            locations=_locations_in(u.locations),
+            parent_tool_call_id=parent,
+        )
+    if t is acp.Plan:
+        return ev.PlanUpdated(
+            entries=[ev.PlanEntry(content=p.content, priority=p.priority, status=p.status) for p in u.entries],  # type: ignore[arg-type]
+            parent_tool_call_id=parent,
+        )
+    if t is acp.UsageUpdate:
+        return ev.UsageReported(
+            used=u.used,
+            size=u.size,
+            cost_amount=u.cost.amount if u.cost else None,
+            cost_currency=u.cost.currency if u.cost else None,
+        )
+    if t is acp.AvailableCommandsUpdate:
+        return ev.CommandsAvailable(
+            commands=[
+                ev.CommandInfo(name=c.name, description=c.description, hint=c.input.hint if c.input else None)
+                for c in u.available_commands
+            ]
+        )
+    if t is acp.ConfigOptionUpdate:
+        return ev.OptionsChanged(
+            options=[
+                ev.ConfigOption(
+                    id=o.id,
+                    name=o.name,
+                    current=o.current_value,
+                    values=[ev.ConfigValue(value=v.value, name=v.name, description=v.description) for v in o.options],
+                    description=o.description,
+                    category=o.category,
+                )
+                for o in u.config_options
+            ]
+        )
+    return None
+
+
+def _tool_content_in(items: list[acp.ToolCallContentItem] | None) -> list[ev.ToolCallContent] | None:
+    if items is None:
+        return None
+    return [
+        ev.ToolCallContent(
+            type=c.type,
+            content=c.content,
+            path=c.path,
+            old_text=c.old_text if isinstance(c.old_text, str) else None,
+            new_text=c.new_text,
+            terminal_id=c.terminal_id,
+        )
+        for c in items
+    ]
+
+
+def _locations_in(items: list[acp.ToolCallLocation] | None) -> list[ev.ToolLocation] | None:
+    return None if items is None else [ev.ToolLocation(path=loc.path, line=loc.line) for loc in items]

@@ -1,0 +1,142 @@
+"""JSON-RPC 2.0 peer bookkeeping, sans-I/O: parse, classify, decode params, encode.
+
+`parse(line)` turns one frame into a `Request`, `Notification` or `Reply`, or raises
+a `PeerError` subclass that carries the request id when it could be read.
+`decode_params(raw, type)` maps msgspec's errors to `InvalidParams` with the `$.path`.
+`Outgoing` numbers the requests we send and matches their replies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from msgspec import UNSET, Raw
+
+from bridge.errors import BridgeError, InvalidParams, InvalidRequest, ParseError, codes_for
+from bridge.schema.jsonrpc import Envelope, ErrorObject, ErrorResponse, Notification, Request, RequestId, Response
+
+__all__ = [
+    "Call",
+    "Incoming",
+    "Notify",
+    "Outgoing",
+    "ProtocolError",
+    "Reply",
+    "decode_params",
+    "encode_lines",
+    "error_response",
+    "parse",
+]
+
+T = TypeVar("T")
+
+_envelope = msgspec.json.Decoder(Envelope)
+_encoder = msgspec.json.Encoder()
+
+
+class Call(msgspec.Struct, frozen=True):
+    id: RequestId
+    method: str
+    params: Raw | None
+
+
+class Notify(msgspec.Struct, frozen=True):
+    method: str
+    params: Raw | None
+
+
+class Reply(msgspec.Struct, frozen=True):
+    id: RequestId
+    result: Raw | None
+    error: ErrorObject | None
+
+
+Incoming = Call | Notify | Reply
+
+
+class ProtocolError(Exception):
+    """A frame we must answer with an error; `id` is None when it could not be read."""
+
+    def __init__(self, error: BridgeError, id: RequestId | None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.id = id
+
+
+def parse(line: bytes) -> Incoming:
+    try:
+        env = _envelope.decode(line)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(InvalidRequest(f"not a JSON-RPC 2.0 message: {exc}"), None) from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(ParseError(f"invalid JSON: {exc}"), None) from exc
+    rid = env.id if env.id is not UNSET else None
+    if env.jsonrpc != "2.0":
+        raise ProtocolError(InvalidRequest('"jsonrpc" must be "2.0"'), rid)  # type: ignore[arg-type]
+    params = env.params if env.params is not UNSET else None
+    if env.method is not UNSET:
+        if env.id is UNSET:
+            return Notify(env.method, params)  # type: ignore[arg-type]
+        if env.id is None:
+            raise ProtocolError(InvalidRequest("a request id must be a string or an integer, not null"), None)
+        return Call(env.id, env.method, params)  # type: ignore[arg-type]
+    if env.id is UNSET or env.id is None or (env.result is UNSET and env.error is UNSET):
+        raise ProtocolError(InvalidRequest("a message needs a method, or an id with a result or an error"), None)
+    result = env.result if env.result is not UNSET else None
+    error = env.error if env.error is not UNSET else None
+    return Reply(env.id, result, error)  # type: ignore[arg-type]
+
+
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def decode_params(raw: Raw | None, typ: type[T]) -> T:
+    dec = _decoders.get(typ)
+    if dec is None:
+        dec = _decoders[typ] = msgspec.json.Decoder(typ)
+    try:
+        return dec.decode(raw if raw is not None else b"{}")
+    except msgspec.ValidationError as exc:
+        raise InvalidParams(f"invalid params: {exc}") from exc
+
+
+def error_response(id: RequestId | None, exc: BaseException, *, a2a: bool = False) -> ErrorResponse:
+    codes = codes_for(exc)
+    if isinstance(exc, BridgeError):
+        message, data = exc.message, exc.data
+    else:
+        message, data = "internal error", None
+    return ErrorResponse(id=id, error=ErrorObject(code=codes.a2a if a2a else codes.jsonrpc, message=message, data=data))
+
+
+def encode_lines(messages: list[Any], buf: bytearray | None = None) -> bytearray:
+    """NDJSON: each message compact on its own line (no raw newline can occur inside)."""
+    out = bytearray() if buf is None else buf
+    enc = _encoder.encode_into
+    for m in messages:
+        enc(m, out, -1)
+        out += b"\n"
+    return out
+
+
+class Outgoing:
+    """Ids for the requests we send, and what each was for."""
+
+    __slots__ = ("_next", "pending")
+
+    def __init__(self) -> None:
+        self._next = 0
+        self.pending: dict[RequestId, str] = {}
+
+    def request(self, method: str, params: Any) -> Request:
+        self._next += 1
+        self.pending[self._next] = method
+        return Request(id=self._next, method=method, params=params)
+
+    def settle(self, reply: Reply) -> str | None:
+        """The method a reply answers, or None if we never asked (or gave up)."""
+        return self.pending.pop(reply.id, None)
+
+
+__all__ += ["Notification", "Response"]

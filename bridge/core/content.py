@@ -1,0 +1,91 @@
+"""Content blocks: the ACP / MCP ContentBlock shapes, shared by every protocol.
+
+ACP v1 and MCP 2025-11-25 use the same five block types (protocols.md §1.6, §3.3),
+so the canonical model keeps their wire field names; the ACP codec passes them
+through untouched and the A2A / chat codecs convert to and from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "Annotations",
+    "AudioContent",
+    "ContentBlock",
+    "EmbeddedResource",
+    "ImageContent",
+    "ResourceContents",
+    "ResourceLink",
+    "TextContent",
+    "text_of",
+]
+
+
+class _Block(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", tag_field="type", gc=False):
+    annotations: Annotations | None = None
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class Annotations(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", gc=False):
+    audience: list[Literal["user", "assistant"]] | None = None
+    priority: float | None = None
+    last_modified: str | None = None
+
+
+class TextContent(_Block, tag="text"):
+    text: str
+
+
+class ImageContent(_Block, tag="image"):
+    data: str
+    mime_type: str
+    uri: str | None = None
+
+
+class AudioContent(_Block, tag="audio"):
+    data: str
+    mime_type: str
+
+
+class ResourceLink(_Block, tag="resource_link"):
+    uri: str
+    name: str
+    mime_type: str | None = None
+    title: str | None = None
+    description: str | None = None
+    size: int | None = None
+
+
+class ResourceContents(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", gc=False):
+    """Embedded resource contents: exactly one of `text` or `blob` (base64) is set.
+
+    ACP/MCP define two untagged shapes; one Struct with both optional decodes either.
+    """
+
+    uri: str
+    text: str | None = None
+    blob: str | None = None
+    mime_type: str | None = None
+
+
+class EmbeddedResource(_Block, tag="resource"):
+    resource: ResourceContents
+
+
+ContentBlock = TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource
+
+
+def text_of(blocks: list[ContentBlock]) -> str:
+    """The plain text of a prompt or message: text blocks and embedded text resources."""
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, TextContent):
+            out.append(b.text)
+        elif isinstance(b, EmbeddedResource) and b.resource.text is not None:
+            out.append(b.resource.text)
+        elif isinstance(b, ResourceLink):
+            out.append(b.uri)
+    return "".join(out)

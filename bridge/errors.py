@@ -1,0 +1,158 @@
+"""The one error hierarchy, and the one table from each error to every protocol's code.
+
+    BridgeError
+    ├── PeerError            the client's fault: log WARNING, answer, keep serving
+    │   ├── ParseError       bytes that are not JSON
+    │   ├── InvalidRequest   JSON that is not a valid request
+    │   ├── FrameTooLarge    a frame over the configured maximum
+    │   ├── MethodNotFound
+    │   ├── InvalidParams    carries the `$.path` of the bad field
+    │   ├── AuthRequired
+    │   ├── Forbidden
+    │   ├── NotFound         an unknown session, task or file
+    │   ├── Busy             a turn is already running in that session
+    │   └── RequestCancelled the peer cancelled its own request
+    ├── BackError            the back (the agent we relay to) failed: WARNING, turn fails
+    │   └── BackUnavailable  it could not be reached or started
+    ├── ConfigError          the configuration is invalid: exit 78 (EX_CONFIG)
+    └── InternalError        our bug: log ERROR with the traceback
+
+Codes are mapped by meaning, never passed through between protocols (-32002 is
+"resource not found" in ACP and MCP but "task not cancelable" in A2A).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "AuthRequired",
+    "BackError",
+    "BackUnavailable",
+    "BridgeError",
+    "Busy",
+    "ConfigError",
+    "Codes",
+    "CODES",
+    "Forbidden",
+    "FrameTooLarge",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "MethodNotFound",
+    "NotFound",
+    "ParseError",
+    "PeerError",
+    "RequestCancelled",
+    "codes_for",
+]
+
+
+class BridgeError(Exception):
+    """Base of every error the bridge raises on purpose. `data` goes on the wire."""
+
+    def __init__(self, message: str, *, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class PeerError(BridgeError):
+    pass
+
+
+class ParseError(PeerError):
+    pass
+
+
+class InvalidRequest(PeerError):
+    pass
+
+
+class FrameTooLarge(PeerError):
+    pass
+
+
+class MethodNotFound(PeerError):
+    pass
+
+
+class InvalidParams(PeerError):
+    pass
+
+
+class AuthRequired(PeerError):
+    pass
+
+
+class Forbidden(PeerError):
+    pass
+
+
+class NotFound(PeerError):
+    pass
+
+
+class Busy(PeerError):
+    pass
+
+
+class RequestCancelled(PeerError):
+    pass
+
+
+class BackError(BridgeError):
+    pass
+
+
+class BackUnavailable(BackError):
+    pass
+
+
+class ConfigError(BridgeError):
+    """Carries every problem found, each as `$.path: message`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems) or "invalid configuration")
+        self.problems = problems
+
+
+class InternalError(BridgeError):
+    pass
+
+
+class Codes(NamedTuple):
+    jsonrpc: int  # ACP and MCP (JSON-RPC 2.0 + their reserved codes)
+    a2a: int  # A2A JSON-RPC binding (§2.6 of protocols.md)
+    http: int
+    ws_close: int  # RFC 6455 close codes; 4xxx are application-defined
+
+
+# The table of STYLE.md rule 9. A2A has no "session" or "busy" codes: an unknown
+# session is an unknown task (-32001), a busy one an unsupported operation (-32004).
+CODES: dict[type[BridgeError], Codes] = {
+    ParseError: Codes(-32700, -32700, 400, 1007),
+    InvalidRequest: Codes(-32600, -32600, 400, 1008),
+    FrameTooLarge: Codes(-32600, -32600, 413, 1009),
+    MethodNotFound: Codes(-32601, -32601, 404, 1008),
+    InvalidParams: Codes(-32602, -32602, 400, 1007),
+    AuthRequired: Codes(-32000, -32600, 401, 4401),
+    Forbidden: Codes(-32000, -32600, 403, 4403),
+    NotFound: Codes(-32002, -32001, 404, 4404),
+    Busy: Codes(-32600, -32004, 409, 4409),
+    RequestCancelled: Codes(-32800, -32603, 499, 1000),
+    BackUnavailable: Codes(-32603, -32603, 502, 1011),
+    BackError: Codes(-32603, -32006, 502, 1011),
+    ConfigError: Codes(-32603, -32603, 500, 1011),
+    InternalError: Codes(-32603, -32603, 500, 1011),
+    PeerError: Codes(-32600, -32600, 400, 1008),
+    BridgeError: Codes(-32603, -32603, 500, 1011),
+}
+
+
+def codes_for(exc: BaseException) -> Codes:
+    """The codes of the nearest class in the table; anything foreign is our bug."""
+    for cls in type(exc).__mro__:
+        if cls in CODES:
+            return CODES[cls]  # type: ignore[index]
+    return CODES[InternalError]

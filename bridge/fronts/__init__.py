@@ -1,0 +1,1 @@
+"""Fronts: where clients connect, one module per protocol."""

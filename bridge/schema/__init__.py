@@ -1,0 +1,1 @@
+"""Wire messages per protocol, as msgspec Structs (one module per protocol)."""

@@ -1,0 +1,494 @@
+"""Live sessions: where fronts and backs meet.
+
+A `SessionManager` owns a nursery in which every live `Session` runs; a session owns
+its back session and its turns, so a turn keeps running when the client that started
+it goes away (A2A and chat clients may reconnect; an ACP editor that exits ends its
+process anyway). Fronts never talk to backs, only to sessions:
+
+- `start_turn(content)` begins a turn (one at a time, else `Busy`), `Turn.wait()` gives
+  its `TurnEnded`; `cancel()`, `answer(...)`, `set_option(...)`, `close()`.
+- `subscribe(sub)` delivers every event, stamped with the session's gapless sequence
+  number, synchronously and in order; a subscriber that is congested pauses the back
+  at its next `flow()` (backpressure), or drops itself (its own policy).
+- Events are appended to a pending list and written to the store in batches by a
+  flusher; a turn's end is flushed before `Turn.wait()` returns, so a finished turn is
+  durable before any client hears that it finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import trio
+
+from bridge.backs.base import Back, BackSession, SessionContext
+from bridge.config import Config, Route
+from bridge.core.content import ContentBlock, text_of
+from bridge.core.events import (
+    ConfigOption,
+    ConfigValue,
+    Event,
+    OptionsChanged,
+    Question,
+    QuestionAnswered,
+    QuestionAsked,
+    StopReason,
+    TurnEnded,
+    TurnError,
+    TurnStarted,
+    decode_events,
+    encode_events,
+)
+from bridge.core.turn import TurnInput, TurnMachine, TurnState
+from bridge.errors import BackError, Busy, InvalidParams, NotFound
+from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
+
+__all__ = ["Session", "SessionManager", "Subscriber", "Turn"]
+
+log = logging.getLogger("bridge.session")
+
+_FLUSH_AT_EVENTS = 4096  # pending events that make `flow()` wait for a store write
+
+
+class Subscriber(Protocol):
+    def deliver(self, event: Event) -> None:
+        """Called for every event, in order; must not block."""
+
+    def congested(self) -> bool: ...
+
+    async def wait_uncongested(self) -> None: ...
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Turn:
+    """One running turn; the `TurnHandle` a back sees."""
+
+    def __init__(self, session: Session, turn_id: str, prompt: list[ContentBlock]) -> None:
+        self.session = session
+        self.turn_id = turn_id
+        self.prompt = prompt
+        self.options = dict(session.record.options)
+        self.machine = TurnMachine()
+        self.machine.apply(TurnInput.PROMPT)
+        self.ended: TurnEnded | None = None
+        self._done = trio.Event()
+        self._cancel = trio.Event()
+        self._answers: dict[str, tuple[Question, trio.Event, list[QuestionAnswered]]] = {}
+        self.scope: trio.CancelScope | None = None
+
+    # -- TurnHandle -------------------------------------------------------------
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    async def wait_cancel_requested(self) -> None:
+        await self._cancel.wait()
+
+    def emit(self, event: Event) -> None:
+        self.session._emit(event)
+
+    async def flow(self) -> None:
+        await self.session._flow()
+
+    def set_back_ref(self, ref: str) -> None:
+        self.session.record.back_ref = ref
+
+    async def ask(self, question: Question) -> QuestionAnswered:
+        if self.machine.state is TurnState.CANCELLING:
+            return QuestionAnswered(question_id=question.id, cancelled=True, by="user")
+        self.machine.ask(question.id)
+        slot: tuple[Question, trio.Event, list[QuestionAnswered]] = (question, trio.Event(), [])
+        self._answers[question.id] = slot
+        self.emit(QuestionAsked(question=question))
+        with trio.move_on_after(self.session.route.question_timeout_s):
+            await slot[1].wait()
+        if not slot[2]:
+            # No answer in time means reject, never allow (DESIGN.md, complaint 9).
+            self._resolve(question.id, _rejection(question, by="timeout"))
+        return slot[2][0]
+
+    # -- session side -------------------------------------------------------------
+    async def wait(self) -> TurnEnded:
+        await self._done.wait()
+        assert self.ended is not None
+        return self.ended
+
+    def open_question(self, question_id: str) -> Question | None:
+        slot = self._answers.get(question_id)
+        return slot[0] if slot and not slot[2] else None
+
+    def _resolve(self, question_id: str, answer: QuestionAnswered) -> None:
+        question, event, box = self._answers[question_id]
+        box.append(answer)
+        self.machine.answer(question_id)
+        self.emit(answer)
+        event.set()
+
+    def _request_cancel(self) -> bool:
+        if not self.machine.active:
+            return False
+        self.machine.apply(TurnInput.CANCEL)
+        self._cancel.set()
+        for qid in list(self.machine.open_questions):
+            self._resolve(qid, QuestionAnswered(question_id=qid, cancelled=True, by="user"))
+        return True
+
+
+def _rejection(question: Question, *, by: str) -> QuestionAnswered:
+    for kind in ("reject_once", "reject_always"):
+        for opt in question.options:
+            if opt.kind == kind:
+                return QuestionAnswered(question_id=question.id, selected=[opt.id], by=by)  # type: ignore[arg-type]
+    return QuestionAnswered(question_id=question.id, cancelled=True, by=by)  # type: ignore[arg-type]
+
+
+class Session:
+    def __init__(self, manager: SessionManager, record: SessionRecord, route: Route, back: Back) -> None:
+        self.manager = manager
+        self.record = record
+        self.route = route
+        self.back = back
+        self.id = record.session_id
+        self._seq = record.last_seq
+        self._subscribers: list[Subscriber] = []
+        self._pending: list[Event] = []
+        self._flush_lock = trio.Lock()
+        self._back_session: BackSession | None = None
+        self._back_lock = trio.Lock()
+        self.turn: Turn | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closed = trio.Event()
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._flusher)
+                task_status.started()
+                await self._closed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.move_on_after(5, shield=True):
+                if self._back_session is not None:
+                    await self._back_session.aclose()
+                await self.flush()
+            self.manager._forget(self)
+
+    async def close(self) -> None:
+        """Cancel any running turn (bounded), then free the back and the session."""
+        if self.turn is not None and self.turn.machine.active:
+            self.cancel()
+            with trio.move_on_after(self.route.cancel_grace_s + 1):
+                await self.turn.wait()
+        self._closed.set()
+
+    # -- events ---------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        self._seq += 1
+        event.seq = self._seq
+        self._pending.append(event)
+        for sub in self._subscribers:
+            sub.deliver(event)
+
+    async def _flow(self) -> None:
+        for sub in self._subscribers:
+            if sub.congested():
+                await sub.wait_uncongested()
+        if len(self._pending) >= _FLUSH_AT_EVENTS:
+            await self.flush()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def subscribe(self, sub: Subscriber) -> Callable[[], None]:
+        self._subscribers.append(sub)
+
+        def unsubscribe() -> None:
+            if sub in self._subscribers:
+                self._subscribers.remove(sub)
+
+        return unsubscribe
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    async def history(self, after_seq: int = 0) -> list[Event]:
+        """Every event after `after_seq`: stored batches, then what is still pending."""
+        await self.flush()
+        return await self.manager.read_events(self.id, after_seq)
+
+    async def flush(self) -> None:
+        async with self._flush_lock:
+            if not self._pending:
+                return
+            batch, self._pending = self._pending, []
+            blob = encode_events(batch)  # type: ignore[arg-type]
+            now = time.time()
+            self.record.updated_at = now
+            self.record.last_seq = batch[-1].seq
+            stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
+            with trio.CancelScope(shield=True):
+                await self.manager.store.append_batch(self.id, stored, last_seq=batch[-1].seq, updated_at=now)
+
+    async def _flusher(self) -> None:
+        interval = self.manager.config.store.flush_interval_s
+        while True:
+            await trio.sleep(interval)
+            if self._pending:
+                await self.flush()
+
+    # -- turns ----------------------------------------------------------------------
+    def start_turn(self, content: list[ContentBlock]) -> Turn:
+        """Begin a turn now (synchronously, so a cancel that follows finds it)."""
+        if self.turn is not None and self.turn.machine.active:
+            raise Busy(f"session {self.id} is already running a turn; cancel it or wait for it to end")
+        if self._nursery is None or self._closed.is_set():
+            raise NotFound(f"session {self.id} is closed")
+        turn = Turn(self, new_id(), content)
+        self.turn = turn
+        if self.record.title is None:
+            self.record.title = " ".join(text_of(content).split())[:80] or None
+        self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content))
+        self._nursery.start_soon(self._run_turn, turn)
+        return turn
+
+    async def _ensure_back(self) -> BackSession:
+        async with self._back_lock:
+            if self._back_session is None:
+                assert self._nursery is not None
+                ctx = SessionContext(
+                    session_id=self.id,
+                    route=self.record.route,
+                    cwd=self.record.cwd,
+                    options=dict(self.record.options),
+                    back_ref=self.record.back_ref,
+                    meta=dict(self.record.meta),
+                )
+                self._back_session = await self.back.open_session(ctx, nursery=self._nursery)
+            return self._back_session
+
+    async def _run_turn(self, turn: Turn) -> None:
+        started = time.time()
+        await self.manager.store.put_turn(
+            TurnRecord(turn_id=turn.turn_id, session_id=self.id, started_at=started, first_seq=self._seq)
+        )
+        stop, error = StopReason.END_TURN, None
+        limit = self.route.turn_timeout_s or math.inf
+        with trio.CancelScope() as scope:
+            turn.scope = scope
+            try:
+                with trio.fail_after(limit):
+                    back = await self._ensure_back()
+                    stop = await back.prompt(turn)
+            except BackError as exc:
+                log.warning("session %s turn %s: back failed: %s", self.id, turn.turn_id, exc.message)
+                stop, error = StopReason.FAILED, TurnError(message=exc.message, kind=type(exc).__name__)
+            except trio.TooSlowError:
+                stop = StopReason.FAILED
+                error = TurnError(message=f"turn exceeded the route's turn_timeout_s ({limit:g} s)", kind="timeout")
+        if turn.cancel_requested:
+            # ACP §cancellation: once cancelled, the answer is `cancelled`, never an error.
+            stop, error = StopReason.CANCELLED, None
+        await self._end_turn(turn, stop, error, started)
+
+    async def _end_turn(self, turn: Turn, stop: StopReason, error: TurnError | None, started: float) -> None:
+        for qid in list(turn.machine.open_questions):
+            turn._resolve(qid, QuestionAnswered(question_id=qid, cancelled=True, by="user"))
+        turn.machine.apply(TurnInput.END)
+        ended = TurnEnded(turn_id=turn.turn_id, stop_reason=stop, error=error)
+        self._emit(ended)
+        with trio.CancelScope(shield=True):
+            await self.flush()
+            await self.manager.store.put_turn(
+                TurnRecord(
+                    turn_id=turn.turn_id,
+                    session_id=self.id,
+                    started_at=started,
+                    first_seq=0,
+                    ended_at=time.time(),
+                    last_seq=ended.seq,
+                    stop_reason=stop.value,
+                    error=error.message if error else None,
+                )
+            )
+            await self.manager.store.put_session(self.record)
+        turn.ended = ended
+        turn._done.set()
+
+    def cancel(self) -> bool:
+        """Ask the running turn to stop; it ends `cancelled` within `cancel_grace_s`.
+
+        Synchronous, so a cancel read right after a prompt always finds its turn;
+        telling the back happens in the session's nursery.
+        """
+        turn = self.turn
+        if turn is None or not turn._request_cancel():
+            return False
+        assert self._nursery is not None
+        self._nursery.start_soon(self._enforce_cancel, turn)
+        if self._back_session is not None:
+            self._nursery.start_soon(self._cancel_back, self._back_session)
+        return True
+
+    async def _cancel_back(self, back: BackSession) -> None:
+        try:
+            await back.cancel()
+        except BackError as exc:
+            log.warning("session %s: back could not cancel: %s", self.id, exc.message)
+
+    async def _enforce_cancel(self, turn: Turn) -> None:
+        with trio.move_on_after(self.route.cancel_grace_s):
+            await turn._done.wait()
+            return
+        if turn.scope is not None and not turn._done.is_set():
+            log.warning("session %s: back did not stop within %gs; cut off", self.id, self.route.cancel_grace_s)
+            turn.scope.cancel()
+
+    def answer(
+        self,
+        question_id: str,
+        *,
+        selected: list[str] | None = None,
+        text: str | None = None,
+        values: dict[str, Any] | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        """Answer an open question; InvalidParams if the answer does not fit it."""
+        turn = self.turn
+        question = turn.open_question(question_id) if turn else None
+        if turn is None or question is None:
+            raise NotFound(f"no open question {question_id!r} in session {self.id}")
+        selected = selected or []
+        if not cancelled:
+            known = {o.id for o in question.options}
+            unknown = [s for s in selected if s not in known]
+            if unknown:
+                raise InvalidParams(f"unknown option {unknown[0]!r}; options are {sorted(known)}")
+            if len(selected) > 1 and not question.multi_select:
+                raise InvalidParams("this question takes one option")
+            if not selected and text is None and values is None:
+                raise InvalidParams("an answer needs a selected option, text or form values")
+            if text is not None and not selected and not question.allow_text and question.kind != "form":
+                raise InvalidParams("this question takes one of its options, not free text")
+        turn._resolve(
+            question_id,
+            QuestionAnswered(question_id=question_id, selected=selected, text=text, values=values, cancelled=cancelled),
+        )
+
+    # -- options --------------------------------------------------------------------
+    def config_options(self) -> list[ConfigOption]:
+        return [
+            ConfigOption(
+                id=o.id,
+                name=o.name,
+                current=self.record.options.get(o.id, o.default or o.values[0].value),
+                values=[ConfigValue(value=v.value, name=v.name, description=v.description) for v in o.values],
+                description=o.description,
+                category=o.category,
+            )
+            for o in self.route.options
+        ]
+
+    async def set_option(self, option_id: str, value: str) -> list[ConfigOption]:
+        spec = next((o for o in self.route.options if o.id == option_id), None)
+        if spec is None:
+            raise InvalidParams(f"unknown option {option_id!r}; options are {[o.id for o in self.route.options]}")
+        if value not in {v.value for v in spec.values}:
+            raise InvalidParams(f"{value!r} is not a value of {option_id!r}: {[v.value for v in spec.values]}")
+        self.record.options[option_id] = value
+        if self._back_session is not None:
+            await self._back_session.set_option(option_id, value)
+        options = self.config_options()
+        self._emit(OptionsChanged(options=options))
+        await self.manager.store.put_session(self.record)
+        return options
+
+
+class SessionManager:
+    """Creates, finds and runs sessions; owns their nursery."""
+
+    def __init__(self, config: Config, store: Store, make_back: Callable[[str, Route], Back]) -> None:
+        self.config = config
+        self.store = store
+        self._make_back = make_back
+        self._backs: dict[str, Back] = {}
+        self._live: dict[str, Session] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def back_for(self, route_name: str) -> Back:
+        back = self._backs.get(route_name)
+        if back is None:
+            if route_name not in self.config.routes:
+                raise NotFound(f"no route named {route_name!r}; routes are {sorted(self.config.routes)}")
+            back = self._backs[route_name] = self._make_back(route_name, self.config.routes[route_name])
+        return back
+
+    async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None) -> Session:
+        back = self.back_for(route_name)
+        now = time.time()
+        route = self.config.routes[route_name]
+        record = SessionRecord(
+            session_id=new_id(),
+            route=route_name,
+            cwd=cwd,
+            created_at=now,
+            updated_at=now,
+            options={o.id: o.default or o.values[0].value for o in route.options},
+            meta=meta or {},
+        )
+        await self.store.put_session(record)
+        return await self._start(record, back)
+
+    async def get(self, session_id: str) -> Session:
+        """The live session, started from the store if needed; NotFound otherwise."""
+        live = self._live.get(session_id)
+        if live is not None:
+            return live
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        if record.route not in self.config.routes:
+            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        live = self._live.get(session_id)  # another task may have started it meanwhile
+        if live is not None:
+            return live
+        return await self._start(record, self.back_for(record.route))
+
+    async def _start(self, record: SessionRecord, back: Back) -> Session:
+        assert self._nursery is not None, "SessionManager.run() is not running"
+        session = Session(self, record, self.config.routes[record.route], back)
+        self._live[record.session_id] = session
+        await self._nursery.start(session.run)
+        return session
+
+    def _forget(self, session: Session) -> None:
+        if self._live.get(session.id) is session:
+            del self._live[session.id]
+
+    def live(self, session_id: str) -> Session | None:
+        return self._live.get(session_id)
+
+    async def read_events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+        out: list[Event] = []
+        for batch in await self.store.read_batches(session_id, after_seq=after_seq):
+            out.extend(e for e in decode_events(batch.blob) if e.seq > after_seq)
+        return out
+
+    async def close_all(self) -> None:
+        for session in list(self._live.values()):
+            await session.close()

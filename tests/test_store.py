@@ -1,0 +1,359 @@
+"""The Store contract, run against MemoryStore and SqliteStore alike, plus what only
+SQLite promises: durability across kill -9, and several processes on one state dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bridge.errors import ConfigError, InternalError
+from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord, open_store
+from bridge.store.memory import MemoryStore
+from bridge.store.sqlite import DB_FILENAME, SCHEMA_VERSION, SqliteStore
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def session(sid: str, *, route: str = "claude", cwd: str = "/w", updated_at: float = 1.0, **kw: Any) -> SessionRecord:
+    return SessionRecord(session_id=sid, route=route, cwd=cwd, created_at=0.5, updated_at=updated_at, **kw)
+
+
+def turn(tid: str, sid: str = "s1", *, started_at: float = 1.0, first_seq: int = 1, **kw: Any) -> TurnRecord:
+    return TurnRecord(turn_id=tid, session_id=sid, started_at=started_at, first_seq=first_seq, **kw)
+
+
+def batch(first: int, last: int) -> StoredBatch:
+    return StoredBatch(first_seq=first, last_seq=last, blob=f"[{first}..{last}]\x00\xff".encode("latin-1"))
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    s: Store = MemoryStore() if request.param == "memory" else SqliteStore(str(tmp_path / "state"))
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+# -- sessions ------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_session_round_trip(store: Store) -> None:
+    record = session(
+        "s1", title="Fix the bug", back_ref="ctx-9", options={"model": "opus"},
+        meta={"n": 1, "nested": {"a": [1, "x", None]}, "ok": True}, last_seq=7, closed=True,
+    )  # fmt: skip
+    await store.put_session(record)
+    assert await store.get_session("s1") == record
+    assert await store.get_session("nope") is None
+
+
+@pytest.mark.trio
+async def test_session_defaults_round_trip(store: Store) -> None:
+    record = session("s1")
+    await store.put_session(record)
+    got = await store.get_session("s1")
+    assert got == record
+    assert got is not None and got.title is None and got.back_ref is None and got.closed is False
+
+
+@pytest.mark.trio
+async def test_put_session_replaces(store: Store) -> None:
+    await store.put_session(session("s1", title="a"))
+    await store.put_session(session("s1", title="b", updated_at=2.0))
+    got = await store.get_session("s1")
+    assert got is not None and got.title == "b" and got.updated_at == 2.0
+    assert (await store.list_sessions())[1] == 1
+
+
+@pytest.mark.trio
+async def test_stored_record_is_not_the_callers(store: Store) -> None:
+    record = session("s1", meta={"k": "v"})
+    await store.put_session(record)
+    record.meta["k"] = "changed"
+    got = await store.get_session("s1")
+    assert got is not None and got.meta == {"k": "v"}
+    got.meta["k"] = "changed again"
+    again = await store.get_session("s1")
+    assert again is not None and again.meta == {"k": "v"}
+
+
+@pytest.mark.trio
+async def test_list_sessions_orders_newest_first_ties_by_id(store: Store) -> None:
+    for sid, t in [("b", 2.0), ("a", 2.0), ("c", 3.0), ("d", 1.0)]:
+        await store.put_session(session(sid, updated_at=t))
+    page, total = await store.list_sessions()
+    assert [s.session_id for s in page] == ["c", "a", "b", "d"]
+    assert total == 4
+
+
+@pytest.mark.trio
+async def test_list_sessions_pages(store: Store) -> None:
+    for i in range(7):
+        await store.put_session(session(f"s{i}", updated_at=float(i)))
+    page, total = await store.list_sessions(limit=3)
+    assert [s.session_id for s in page] == ["s6", "s5", "s4"] and total == 7
+    page, total = await store.list_sessions(limit=3, offset=3)
+    assert [s.session_id for s in page] == ["s3", "s2", "s1"] and total == 7
+    page, total = await store.list_sessions(limit=3, offset=6)
+    assert [s.session_id for s in page] == ["s0"] and total == 7
+    page, total = await store.list_sessions(limit=3, offset=10)
+    assert page == [] and total == 7
+    page, total = await store.list_sessions(limit=0)
+    assert page == [] and total == 7
+
+
+@pytest.mark.trio
+async def test_list_sessions_filters(store: Store) -> None:
+    await store.put_session(session("a", route="claude", cwd="/x", updated_at=1.0))
+    await store.put_session(session("b", route="claude", cwd="/y", updated_at=2.0))
+    await store.put_session(session("c", route="codex", cwd="/x", updated_at=3.0))
+    await store.put_session(session("d", route="codex", cwd="/y", updated_at=4.0))
+
+    async def ids(**kw: Any) -> tuple[list[str], int]:
+        page, total = await store.list_sessions(**kw)
+        return [s.session_id for s in page], total
+
+    assert await ids(route="claude") == (["b", "a"], 2)
+    assert await ids(cwd="/x") == (["c", "a"], 2)
+    assert await ids(route="codex", cwd="/y") == (["d"], 1)
+    assert await ids(route="codex", cwd="/nowhere") == ([], 0)
+    assert await ids(route="claude", limit=1, offset=1) == (["a"], 2)
+
+
+# -- turns ---------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_turn_round_trip_and_replace(store: Store) -> None:
+    running = turn("t1", meta={"prompt_chars": 12})
+    await store.put_turn(running)
+    assert await store.get_turn("t1") == running
+    finished = turn("t1", ended_at=2.5, last_seq=9, stop_reason="failed", error="back died", meta={"x": [1]})
+    await store.put_turn(finished)
+    assert await store.get_turn("t1") == finished
+    assert await store.get_turn("nope") is None
+
+
+@pytest.mark.trio
+async def test_list_turns_oldest_first_per_session(store: Store) -> None:
+    await store.put_turn(turn("t3", started_at=3.0, first_seq=20))
+    await store.put_turn(turn("t1", started_at=1.0, first_seq=1))
+    await store.put_turn(turn("other", "s2", started_at=0.0))
+    await store.put_turn(turn("t2", started_at=2.0, first_seq=10))
+    assert [t.turn_id for t in await store.list_turns("s1")] == ["t1", "t2", "t3"]
+    assert [t.turn_id for t in await store.list_turns("s2")] == ["other"]
+    assert await store.list_turns("none") == []
+
+
+# -- event batches -------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_append_batch_moves_session_last_seq(store: Store) -> None:
+    await store.put_session(session("s1", updated_at=1.0))
+    await store.append_batch("s1", batch(1, 4), last_seq=4, updated_at=5.0)
+    got = await store.get_session("s1")
+    assert got is not None and (got.last_seq, got.updated_at) == (4, 5.0)
+    await store.append_batch("s1", batch(5, 5), last_seq=5, updated_at=6.0)
+    got = await store.get_session("s1")
+    assert got is not None and (got.last_seq, got.updated_at) == (5, 6.0)
+    page, _ = await store.list_sessions()
+    assert page[0].last_seq == 5
+
+
+@pytest.mark.trio
+async def test_read_batches_after_seq(store: Store) -> None:
+    await store.put_session(session("s1"))
+    await store.put_session(session("s2"))
+    # Appended out of order on purpose: reads come back ordered by first_seq.
+    for b in [batch(1, 3), batch(8, 10), batch(4, 7)]:
+        await store.append_batch("s1", b, last_seq=10, updated_at=2.0)
+    await store.append_batch("s2", batch(1, 100), last_seq=100, updated_at=2.0)
+
+    async def spans(after: int) -> list[tuple[int, int]]:
+        return [(b.first_seq, b.last_seq) for b in await store.read_batches("s1", after_seq=after)]
+
+    assert [b.blob for b in await store.read_batches("s1")] == [batch(1, 3).blob, batch(4, 7).blob, batch(8, 10).blob]
+    assert await spans(0) == [(1, 3), (4, 7), (8, 10)]
+    assert await spans(2) == [(1, 3), (4, 7), (8, 10)]  # the first batch is filtered by the reader
+    assert await spans(3) == [(4, 7), (8, 10)]
+    assert await spans(9) == [(8, 10)]
+    assert await spans(10) == []
+    assert await store.read_batches("none") == []
+
+
+@pytest.mark.trio
+async def test_duplicate_batch_is_our_bug(store: Store) -> None:
+    await store.put_session(session("s1"))
+    await store.append_batch("s1", batch(1, 3), last_seq=3, updated_at=2.0)
+    with pytest.raises(InternalError):
+        await store.append_batch("s1", batch(1, 5), last_seq=5, updated_at=3.0)
+    # The failed append moved nothing.
+    got = await store.get_session("s1")
+    assert got is not None and (got.last_seq, got.updated_at) == (3, 2.0)
+    assert [b.last_seq for b in await store.read_batches("s1")] == [3]
+
+
+# -- delete --------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_delete_session_cascades(store: Store) -> None:
+    for sid in ("s1", "s2"):
+        await store.put_session(session(sid))
+        await store.put_turn(turn(f"{sid}-t", sid))
+        await store.append_batch(sid, batch(1, 2), last_seq=2, updated_at=2.0)
+
+    assert await store.delete_session("s1") is True
+    assert await store.get_session("s1") is None
+    assert await store.get_turn("s1-t") is None
+    assert await store.list_turns("s1") == []
+    assert await store.read_batches("s1") == []
+    assert await store.list_sessions() == ([await store.get_session("s2")], 1)
+    assert [t.turn_id for t in await store.list_turns("s2")] == ["s2-t"]
+    assert len(await store.read_batches("s2")) == 1
+
+    assert await store.delete_session("s1") is False
+    assert await store.delete_session("never") is False
+
+
+# -- SQLite only ---------------------------------------------------------------------
+
+
+def test_open_store_picks_the_implementation(tmp_path: Path) -> None:
+    assert isinstance(open_store(None), MemoryStore)
+    assert isinstance(open_store(str(tmp_path)), SqliteStore)
+
+
+@pytest.mark.trio
+async def test_sqlite_creates_private_state_dir_with_schema_version(tmp_path: Path) -> None:
+    state = tmp_path / "a" / "b" / "state"
+    store = SqliteStore(str(state))
+    await store.open()
+    await store.close()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    with sqlite3.connect(state / DB_FILENAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+    # Reopening an up-to-date database migrates nothing and keeps working.
+    store = SqliteStore(str(state))
+    await store.open()
+    assert await store.list_sessions() == ([], 0)
+    await store.close()
+
+
+@pytest.mark.trio
+async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    conn = sqlite3.connect(tmp_path / DB_FILENAME)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(ConfigError):
+        await SqliteStore(str(tmp_path)).open()
+
+
+@pytest.mark.trio
+async def test_sqlite_not_open_is_our_bug(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path))
+    with pytest.raises(InternalError):
+        await store.get_session("s1")
+    await store.open()
+    await store.close()
+    await store.close()  # twice is harmless
+    with pytest.raises(InternalError):
+        await store.get_session("s1")
+
+
+_KILLED_WRITER = """
+import os, signal, sys, trio
+from bridge.store import SessionRecord, StoredBatch, TurnRecord
+from bridge.store.sqlite import SqliteStore
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    await store.open()
+    await store.put_session(SessionRecord(session_id="s1", route="claude", created_at=1.0, updated_at=1.0))
+    await store.put_turn(TurnRecord(
+        turn_id="t1", session_id="s1", started_at=1.0, first_seq=1,
+        ended_at=2.0, last_seq=3, stop_reason="end_turn",
+    ))
+    await store.append_batch("s1", StoredBatch(first_seq=1, last_seq=3, blob=b"events"), last_seq=3, updated_at=2.0)
+    print("ok", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+trio.run(main)
+"""
+
+
+@pytest.mark.trio
+async def test_sqlite_finished_turn_survives_kill_9(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with trio.fail_after(30):
+        proc = await trio.run_process(
+            [sys.executable, "-c", _KILLED_WRITER, str(state)], capture_stdout=True, capture_stderr=True,
+            check=False, env=env,
+        )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert proc.stdout == b"ok\n"
+    # Never checkpointed into the main file: what follows is read back from the WAL.
+    assert (state / f"{DB_FILENAME}-wal").stat().st_size > 0
+
+    store = SqliteStore(str(state))
+    await store.open()
+    try:
+        got = await store.get_session("s1")
+        assert got is not None and (got.last_seq, got.updated_at) == (3, 2.0)
+        t = await store.get_turn("t1")
+        assert t is not None and (t.stop_reason, t.last_seq, t.ended_at) == ("end_turn", 3, 2.0)
+        assert await store.read_batches("s1") == [StoredBatch(first_seq=1, last_seq=3, blob=b"events")]
+    finally:
+        await store.close()
+
+
+@pytest.mark.trio
+async def test_two_sqlite_stores_share_a_state_dir(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    a, b = SqliteStore(state), SqliteStore(state)
+    with trio.fail_after(30):
+        # Opened at once: both race to create the schema on their own connections.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(a.open)
+            nursery.start_soon(b.open)
+        try:
+            await a.put_session(session("s1"))
+            await a.append_batch("s1", batch(1, 2), last_seq=2, updated_at=3.0)
+            got = await b.get_session("s1")
+            assert got is not None and got.last_seq == 2
+            assert await b.read_batches("s1") == [batch(1, 2)]
+
+            await b.put_turn(turn("t1"))
+            assert await a.get_turn("t1") == turn("t1")
+
+            # Writers from both at once wait on each other (busy_timeout), none fails.
+            async def write(store: Store, prefix: str) -> None:
+                for i in range(20):
+                    await store.put_session(session(f"{prefix}{i}"))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write, a, "a")
+                nursery.start_soon(write, b, "b")
+            assert (await a.list_sessions(limit=0))[1] == 41
+            assert await b.delete_session("s1") is True
+            assert await a.read_batches("s1") == []
+        finally:
+            await a.close()
+            await b.close()
