@@ -150,7 +150,11 @@ def permission_request(session_id: str, question: ev.Question) -> acp.RequestPer
     options = [
         acp.PermissionOption(option_id=o.id, name=o.label, kind=o.kind or "allow_once") for o in question.options
     ]
-    tool_call = acp.ToolCallUpdate(tool_call_id=question.tool_call_id or question.id, title=question.prompt)
+    # A question about a known tool call names it only; the editor already shows it.
+    if question.tool_call_id is not None:
+        tool_call = acp.ToolCallFields(tool_call_id=question.tool_call_id)
+    else:
+        tool_call = acp.ToolCallFields(tool_call_id=question.id, title=question.prompt, kind="other", status="pending")
     return acp.RequestPermissionParams(session_id=session_id, tool_call=tool_call, options=options)
 
 

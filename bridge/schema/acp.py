@@ -343,9 +343,19 @@ class PermissionOption(_Acp):
     kind: str
 
 
+class ToolCallFields(_Acp):
+    """A ToolCallUpdate's fields outside `session/update` (no `sessionUpdate` tag)."""
+
+    tool_call_id: str
+    title: str | None = None
+    kind: str | None = None
+    status: str | None = None
+    raw_input: Any = None
+
+
 class RequestPermissionParams(_Acp):
     session_id: str
-    tool_call: ToolCallUpdate
+    tool_call: ToolCallFields
     options: list[PermissionOption]
 
 
