@@ -99,6 +99,29 @@ def acp(route: str | None, config_path: str | None, state_dir: str | None, log_l
 
 
 @main.command()
+@config_option
+@state_option
+@log_option
+def serve(config_path: str | None, state_dir: str | None, log_level: str | None) -> None:
+    """Run the daemon: every HTTP front on the configured listener."""
+    import trio
+
+    from bridge.daemon import serve as serve_daemon
+
+    config = _load(config_path)
+    _setup_logging(log_level or config.log_level)
+
+    async def main_task() -> None:
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(lambda task_status: serve_daemon(config, state_dir=_state_dir(config, state_dir), task_status=task_status))
+            # One line on stdout, for whoever started us with port 0.
+            click.echo(f"listening {' '.join(bound)}")
+            sys.stdout.flush()
+
+    trio.run(main_task)
+
+
+@main.command()
 @click.argument("route")
 @click.argument("prompt")
 @config_option

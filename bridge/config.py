@@ -27,8 +27,10 @@ __all__ = [
     "OptionValue",
     "Route",
     "RouteOption",
+    "ServerConfig",
     "StoreConfig",
     "default_config_path",
+    "listen_address",
     "load_config",
     "parse_config",
 ]
@@ -100,6 +102,15 @@ class AcpFrontConfig(_Conf):
     request_timeout_s: PositiveSeconds = 600.0
 
 
+class ServerConfig(_Conf):
+    """The daemon's one HTTP listener (`agent-bridge serve`)."""
+
+    listen: str = "127.0.0.1:8765"  # host:port; port 0 lets the OS choose
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
+    # On shutdown, how long open requests and streams get to finish.
+    graceful_timeout_s: PositiveSeconds = 10.0
+
+
 class StoreConfig(_Conf):
     state_dir: str | None = None  # default: $XDG_STATE_HOME/agent-bridge
     flush_interval_s: PositiveSeconds = 0.05
@@ -109,6 +120,7 @@ class Config(_Conf):
     routes: dict[str, Route]
     default_route: str | None = None
     acp: AcpFrontConfig = AcpFrontConfig()
+    server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -116,7 +128,7 @@ class Config(_Conf):
         return self.routes[name]
 
 
-_SECTIONS: dict[str, Any] = {"acp": AcpFrontConfig, "store": StoreConfig}
+_SECTIONS: dict[str, Any] = {"acp": AcpFrontConfig, "server": ServerConfig, "store": StoreConfig}
 
 
 def _problem(path: str, exc: msgspec.ValidationError) -> str:
@@ -178,9 +190,26 @@ def parse_config(raw: dict[str, Any]) -> Config:
         problems.append("$.routes: at least one route is needed")
     if top is not None and top.default_route is not None and top.default_route not in raw_routes:
         problems.append(f"$.default_route: no route named {top.default_route!r}")
+    server = sections.get("server")
+    if server is not None and _split_listen(server.listen) is None:
+        problems.append(f"$.server.listen: expected HOST:PORT, got {server.listen!r}")
     if problems or top is None:
         raise ConfigError(problems)
     return msgspec.structs.replace(top, routes=routes, **sections)
+
+
+def _split_listen(listen: str) -> tuple[str, int] | None:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def listen_address(server: ServerConfig) -> tuple[str, int]:
+    """(host, port) of `server.listen`, validated by `parse_config`."""
+    parsed = _split_listen(server.listen)
+    assert parsed is not None
+    return parsed
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -19,7 +19,7 @@ from bridge.config import Config
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
 
-__all__ = ["default_state_dir", "open_runtime", "run_acp_stdio"]
+__all__ = ["build_app", "default_state_dir", "open_runtime", "run_acp_stdio", "serve"]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -56,3 +56,65 @@ async def run_acp_stdio(config: Config, route: str, state_dir: str | None, stdin
     send = trio.lowlevel.FdStream(stdout_fd)
     async with open_runtime(config, state_dir) as manager:
         await serve_acp(receive, send, manager=manager, config=config, route=route)
+
+
+def build_app(config: Config, manager: SessionManager) -> object:
+    """The ASGI app of every HTTP front."""
+    from bridge.fronts.http import HttpApp, send_json
+
+    app = HttpApp()
+
+    async def healthz(scope: object, receive: object, send: object, params: dict[str, str]) -> None:
+        await send_json(send, 200, {"status": "ok"})  # type: ignore[arg-type]
+
+    app.add("GET", "/healthz", healthz)  # type: ignore[arg-type]
+    return app
+
+
+async def serve(
+    config: Config,
+    *,
+    state_dir: str | None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The daemon: every HTTP front on one hypercorn (trio worker) listener.
+
+    Reports the bound addresses through `task_status`; returns after SIGINT/SIGTERM
+    once open requests finished within `server.graceful_timeout_s`.
+    """
+    import signal
+
+    from hypercorn.config import Config as HyperConfig
+    from hypercorn.trio import serve as hyper_serve
+
+    from bridge.config import listen_address
+
+    host, port = listen_address(config.server)
+    hc = HyperConfig()
+    hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    hc.graceful_timeout = config.server.graceful_timeout_s
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.h11_max_incomplete_size = 64 * 1024
+    hc.websocket_max_message_size = config.server.max_body_bytes
+
+    stop = trio.Event()
+
+    async def on_signals() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("%s: shutting down", signal.Signals(signum).name)
+                stop.set()
+                return
+
+    async with open_runtime(config, state_dir) as manager:
+        app = build_app(config, manager)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            bound = await nursery.start(
+                lambda task_status: hyper_serve(app, hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+            )
+            log.info("listening on %s", ", ".join(bound))
+            task_status.started(bound)
+            await stop.wait()
+            # hypercorn returns once open requests finished (bounded by graceful_timeout)

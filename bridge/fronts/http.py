@@ -1,0 +1,137 @@
+"""The daemon's HTTP surface: a small ASGI router that every HTTP front plugs into.
+
+hypercorn (trio worker) serves one `HttpApp` on one port. A front registers its
+paths (`add` for HTTP, `websocket` for WebSocket) with a handler taking the ASGI
+triple and the path's named groups. Errors a handler raises as `BridgeError` become
+`{"detail": ...}` JSON with the status from `bridge/errors.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from bridge.errors import BridgeError, FrameTooLarge, InvalidRequest, PeerError, codes_for
+
+__all__ = ["HttpApp", "Scope", "header", "read_body", "send_bytes", "send_json"]
+
+log = logging.getLogger("bridge.fronts.http")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send, dict[str, str]], Awaitable[None]]
+
+_json = msgspec.json.Encoder()
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, *, content_type: str = "application/json", headers: list[tuple[str, str]] = ()  # type: ignore[assignment]
+) -> None:
+    raw = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status: int, body: Any, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    await send_bytes(send, status, _json.encode(body), headers=headers)
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body, refusing more than `limit` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise InvalidRequest("client disconnected while sending the body")
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise FrameTooLarge(f"request body over max_body_bytes ({limit})")
+        chunks.append(body)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def header(scope: Scope, name: str) -> str | None:
+    key = name.lower().encode()
+    for k, v in scope.get("headers", ()):
+        if k == key:
+            return v.decode("latin-1")
+    return None
+
+
+class HttpApp:
+    def __init__(self) -> None:
+        self._http: list[tuple[str, re.Pattern[str], Handler]] = []
+        self._ws: list[tuple[re.Pattern[str], Handler]] = []
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        """`path` may hold `{name}` segments; they reach the handler by name."""
+        self._http.append((method, _compile(path), handler))
+
+    def websocket(self, path: str, handler: Handler) -> None:
+        self._ws.append((_compile(path), handler))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+        elif kind == "http":
+            await self._serve_http(scope, receive, send)
+        elif kind == "websocket":
+            await self._serve_ws(scope, receive, send)
+
+    async def _serve_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        allowed: list[str] = []
+        for method, pattern, handler in self._http:
+            m = pattern.fullmatch(path)
+            if m is None:
+                continue
+            if method != scope["method"]:
+                allowed.append(method)
+                continue
+            try:
+                await handler(scope, receive, send, m.groupdict())
+            except PeerError as exc:
+                log.warning("%s %s: %s", scope["method"], path, exc.message)
+                await send_json(send, codes_for(exc).http, {"detail": exc.message})
+            except BridgeError as exc:
+                log.warning("%s %s failed: %s", scope["method"], path, exc.message)
+                await send_json(send, codes_for(exc).http, {"detail": exc.message})
+            return
+        if allowed:
+            await send_json(send, 405, {"detail": f"method not allowed; use {', '.join(sorted(set(allowed)))}"},
+                            headers=[("allow", ", ".join(sorted(set(allowed))))])
+        else:
+            await send_json(send, 404, {"detail": f"no such path: {path}"})
+
+    async def _serve_ws(self, scope: Scope, receive: Receive, send: Send) -> None:
+        for pattern, handler in self._ws:
+            m = pattern.fullmatch(scope["path"])
+            if m is not None:
+                await handler(scope, receive, send, m.groupdict())
+                return
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 4404})
+
+
+def _compile(path: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path))
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
