@@ -47,7 +47,7 @@ class Notify(msgspec.Struct, frozen=True):
 
 
 class Reply(msgspec.Struct, frozen=True):
-    id: RequestId
+    id: RequestId | None  # None: the peer's error about a frame of ours it could not read
     result: Raw | None
     error: ErrorObject | None
 
@@ -81,6 +81,10 @@ def parse(line: bytes) -> Incoming:
         if env.id is None:
             raise ProtocolError(InvalidRequest("a request id must be a string or an integer, not null"), None)
         return Call(env.id, env.method, params)  # type: ignore[arg-type]
+    if env.id is None and env.error is not UNSET:
+        # A valid error response (JSON-RPC 2.0 §5: id null when the peer could not read
+        # ours). Never answer a response: two peers doing so would ping-pong forever.
+        return Reply(None, None, env.error)  # type: ignore[arg-type]
     if env.id is UNSET or env.id is None or (env.result is UNSET and env.error is UNSET):
         raise ProtocolError(InvalidRequest("a message needs a method, or an id with a result or an error"), None)
     result = env.result if env.result is not UNSET else None

@@ -33,16 +33,19 @@ class Envelope(msgspec.Struct, omit_defaults=True):
     error: ErrorObject | UnsetType = UNSET
 
 
-class Request(msgspec.Struct, omit_defaults=True):
+# Not `omit_defaults`: that would drop `"jsonrpc": "2.0"` (a default) from every frame
+# we send, and strict peers (the TypeScript ACP SDK) reject such frames. An absent
+# `params` stays absent because it is UNSET.
+class Request(msgspec.Struct):
     id: RequestId
     method: str
-    params: Any = None
+    params: Any | UnsetType = UNSET
     jsonrpc: str = "2.0"
 
 
-class Notification(msgspec.Struct, omit_defaults=True):
+class Notification(msgspec.Struct):
     method: str
-    params: Any = None
+    params: Any | UnsetType = UNSET
     jsonrpc: str = "2.0"
 
 
