@@ -136,7 +136,11 @@ def _problem(path: str, exc: msgspec.ValidationError) -> str:
     # msgspec says "... - at `$.a.b`"; re-root the path at the section we decoded.
     m = re.search(r" - at `\$(.*)`$", msg)
     if m:
-        return f"{path}{m.group(1)}: {msg[: m.start()]}"
+        path, msg = path + m.group(1), msg[: m.start()]
+    # An unknown key is reported at its own path (`$.routes.x.tiemout_s`), not its table's.
+    u = re.fullmatch(r"Object contains unknown field `(.*)`", msg)
+    if u:
+        return f"{path}.{u.group(1)}: unknown key"
     return f"{path}: {msg}"
 
 
@@ -181,15 +185,22 @@ def parse_config(raw: dict[str, Any]) -> Config:
             except msgspec.ValidationError as exc:
                 problems.append(_problem(f"$.{key}", exc))
     rest = {k: v for k, v in raw.items() if k not in _SECTIONS and k != "routes"}
+    top: Config | None = None
     try:
         top = msgspec.convert({**rest, "routes": {}}, Config)
-    except msgspec.ValidationError as exc:
-        problems.append(_problem("$", exc))
-        top = None
+    except msgspec.ValidationError:
+        # msgspec stops at the first bad key; check each top-level key on its own so
+        # that every one of them is reported.
+        for key, value in rest.items():
+            try:
+                msgspec.convert({key: value, "routes": {}}, Config)
+            except msgspec.ValidationError as exc:
+                problems.append(_problem("$", exc))
     if not raw_routes:
         problems.append("$.routes: at least one route is needed")
-    if top is not None and top.default_route is not None and top.default_route not in raw_routes:
-        problems.append(f"$.default_route: no route named {top.default_route!r}")
+    default_route = raw.get("default_route")
+    if isinstance(default_route, str) and default_route not in raw_routes:
+        problems.append(f"$.default_route: no route named {default_route!r}")
     server = sections.get("server")
     if server is not None and _split_listen(server.listen) is None:
         problems.append(f"$.server.listen: expected HOST:PORT, got {server.listen!r}")

@@ -74,14 +74,18 @@ class DemoBack:
         )
 
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> _DemoSession:
-        return _DemoSession(self.cfg.chunk_delay_s, self.cfg.slow_duration_s)
+        # The turn counter names messages and tool calls (`m3-read`); it is kept as the
+        # back ref so a session loaded after a restart does not reuse the ids of its
+        # stored turns (ACP: a toolCallId is unique within its session).
+        n = int(ctx.back_ref) if ctx.back_ref and ctx.back_ref.isdigit() else 0
+        return _DemoSession(self.cfg.chunk_delay_s, self.cfg.slow_duration_s, n)
 
 
 class _DemoSession:
-    def __init__(self, delay: float, slow_s: float) -> None:
+    def __init__(self, delay: float, slow_s: float, n: int = 0) -> None:
         self.delay = delay
         self.slow_s = slow_s
-        self.n = 0
+        self.n = n
 
     async def cancel(self) -> None:
         pass  # the turn sees `turn.cancel_requested` at its next step
@@ -94,6 +98,7 @@ class _DemoSession:
 
     async def prompt(self, turn: TurnHandle) -> StopReason:
         self.n += 1
+        turn.set_back_ref(str(self.n))
         words, rest = parse_words(text_of(turn.prompt))
         if "bench" in words:
             return await self._bench(turn, int(words["bench"] or 1000))

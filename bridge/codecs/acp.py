@@ -88,6 +88,7 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | None:
         return acp.ToolCall(
             tool_call_id=e.tool_call_id,
             title=e.title,
+            name=e.name,
             kind=e.kind,
             status=e.status,
             content=_tool_content(e.content),
@@ -179,6 +180,7 @@ def to_turn(update: acp.SessionUpdate) -> ev.Event | None:
         return ev.ToolCallStarted(
             tool_call_id=u.tool_call_id,
             title=u.title,
+            name=u.name,
             kind=u.kind or "other",
             status=u.status or "pending",
             raw_input=u.raw_input,

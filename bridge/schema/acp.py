@@ -169,9 +169,16 @@ class SessionConfigOption(_Acp):
     name: str
     current_value: str
     options: list[ConfigSelectOption]
-    type: str = "select"
+    # Required on the wire (the discriminator of SessionConfigOption): defaulting to
+    # UNSET and filling it in `__post_init__` keeps it out of `omit_defaults`, so it
+    # is always written, while a peer that leaves it out still decodes.
+    type: str | msgspec.UnsetType = msgspec.UNSET
     description: str | None = None
     category: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.type is msgspec.UNSET:
+            self.type = "select"
 
 
 class NewSessionResult(_Acp):
@@ -247,6 +254,7 @@ class ToolCallContentItem(_Acp):
 class ToolCall(_Update, tag="tool_call"):
     tool_call_id: str
     title: str
+    name: str | None = None  # programmatic tool name (schema v1 ToolCall.name; older peers ignore it)
     kind: str | None = None
     status: str | None = None
     content: list[ToolCallContentItem] | None = None
@@ -268,8 +276,15 @@ class ToolCallUpdate(_Update, tag="tool_call_update"):
 
 class PlanEntry(_Acp):
     content: str
-    priority: str = "medium"
-    status: str = "pending"
+    # Both required on the wire (schema v1 PlanEntry); see SessionConfigOption.type.
+    priority: str | msgspec.UnsetType = msgspec.UNSET
+    status: str | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        if self.priority is msgspec.UNSET:
+            self.priority = "medium"
+        if self.status is msgspec.UNSET:
+            self.status = "pending"
 
 
 class Plan(_Update, tag="plan"):
