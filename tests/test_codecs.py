@@ -641,15 +641,11 @@ def test_user_chunks_replay_a_stored_prompt() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_turn(ArtifactUpdated) returns one update with parts[0]: later parts are dropped "
-    "(its comment says 'one update per part'); needs an API that can return several updates",
-)
 def test_artifact_with_several_parts_keeps_every_part() -> None:
     event = ev.ArtifactUpdated(artifact_id="a", parts=[TextContent(text="one"), TextContent(text="two")])
     update = codec.from_turn(event)
-    updates = update if isinstance(update, list) else [update]
+    assert isinstance(update, list)
+    updates = update
     assert [u.content for u in updates] == event.parts  # type: ignore[union-attr]
 
 

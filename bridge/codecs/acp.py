@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.core import events as ev
-from bridge.core.content import TextContent
 from bridge.schema import acp
 
 __all__ = [
@@ -77,7 +76,8 @@ def modes(options: list[ev.ConfigOption]) -> acp.SessionModeState | None:
     return None
 
 
-def from_turn(event: ev.Event) -> acp.SessionUpdate | None:
+def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | None:
+    """The update for `event`; a list only for an artifact of several parts."""
     t = type(event)
     if t is ev.MessageChunk:
         e: Any = event
@@ -132,12 +132,12 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | None:
     if t is ev.OptionsChanged:
         return acp.ConfigOptionUpdate(config_options=config_options(event.options))  # type: ignore[union-attr]
     if t is ev.ArtifactUpdated:
-        # A2A artifacts read as the agent's message (protocols.md §6.2); one
-        # update per part, the artifact id as the message id.
+        # A2A artifacts read as the agent's message (protocols.md §6.2): one chunk per
+        # part, the artifact id as the message id, its name in _meta.
         e = event
-        parts = e.parts or [TextContent(text="")]
         meta = {META_KEY: {"artifactName": e.name}} if e.name else _meta(event)
-        return acp.AgentMessageChunk(content=parts[0], message_id=e.artifact_id, meta=meta)
+        chunks = [acp.AgentMessageChunk(content=part, message_id=e.artifact_id, meta=meta) for part in e.parts]
+        return chunks[0] if len(chunks) == 1 else chunks or None
     # TurnStarted (replayed by the ACP front itself), questions, turn end: no update.
     return None
 

@@ -447,9 +447,10 @@ class AcpConnection:
     def _deliver(self, session: Session, event: Event, *, replay: bool = False) -> None:
         update = codec.from_turn(event)
         if update is not None:
-            self.outbox.put(
-                Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=update))
-            )
+            for one in update if type(update) is list else (update,):
+                self.outbox.put(
+                    Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one))
+                )
             return
         if replay:
             return
