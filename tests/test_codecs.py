@@ -524,7 +524,7 @@ GOLDEN_FILES = sorted(GOLDEN.glob("*.json"))
 
 def load_golden(path: Path) -> dict[str, Any]:
     case = json.loads(path.read_text(encoding="utf-8"))
-    assert set(case) <= {"description", "event", "update", "roundtrip"}, path.name
+    assert set(case) <= {"description", "event", "update", "also", "roundtrip"}, path.name
     return case
 
 
@@ -549,7 +549,10 @@ def test_from_turn_matches_golden(path: Path) -> None:
     event = _event_decoder.decode(json.dumps(case["event"]))
     update = codec.from_turn(event)
     assert update is not None
-    assert json.loads(msgspec.json.encode(update)) == case["update"]
+    updates = update if isinstance(update, list) else [update]
+    assert json.loads(msgspec.json.encode(updates[0])) == case["update"]
+    # Updates that follow the first one (e.g. current_mode_update after config_option_update).
+    assert [json.loads(msgspec.json.encode(u)) for u in updates[1:]] == case.get("also", [])
 
 
 @pytest.mark.parametrize("path", GOLDEN_FILES, ids=lambda p: p.stem)

@@ -130,7 +130,11 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
             ]
         )
     if t is ev.OptionsChanged:
-        return acp.ConfigOptionUpdate(config_options=config_options(event.options))  # type: ignore[union-attr]
+        options: list[ev.ConfigOption] = event.options  # type: ignore[union-attr]
+        update = acp.ConfigOptionUpdate(config_options=config_options(options))
+        mode = next((o.current for o in options if o.category == "mode"), None)
+        # Clients still on (deprecated) session modes learn of the change too.
+        return update if mode is None else [update, acp.CurrentModeUpdate(current_mode_id=mode)]
     if t is ev.ArtifactUpdated:
         # A2A artifacts read as the agent's message (protocols.md §6.2): one chunk per
         # part, the artifact id as the message id, its name in _meta.

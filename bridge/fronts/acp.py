@@ -125,6 +125,7 @@ class AcpConnection:
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
         self._nursery: trio.Nursery | None = None
+        self._writer_done = trio.Event()
         self._handlers: dict[str, tuple[type, Callable[[Any, Any], Awaitable[Any]]]] = {
             "initialize": (acp.InitializeParams, self._initialize),
             "authenticate": (acp.AuthenticateParams, self._authenticate),
@@ -145,7 +146,12 @@ class AcpConnection:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
                 await self._reader()
-                # The editor closed its end: answer nothing more, stop what it started.
+                # The editor closed its end: what is already queued (answers to the
+                # requests it sent before closing) still goes out, for a bounded time;
+                # then whatever it started stops.
+                self.outbox.close()
+                with trio.move_on_after(_EOF_FLUSH_S):
+                    await self._writer_done.wait()
                 nursery.cancel_scope.cancel()
         finally:
             self.outbox.close()
@@ -170,6 +176,12 @@ class AcpConnection:
                 await self.outbox.wait_uncongested()
 
     async def _writer(self) -> None:
+        try:
+            await self._write_all()
+        finally:
+            self._writer_done.set()
+
+    async def _write_all(self) -> None:
         buf = bytearray()
         while True:
             items = await self.outbox.take()
@@ -458,6 +470,9 @@ class AcpConnection:
             self._nursery.start_soon(self._ask, session, event.question)
         elif isinstance(event, QuestionAnswered):
             rid = self._asked.pop(event.question_id, None)
+            turn = session.turn
+            if event.cancelled and event.by == "user" and turn is not None and turn.cancel_requested:
+                return  # the editor cancelled the turn: ACP has it answer its own requests
             if rid is not None and rid in self._replies:
                 # Answered elsewhere (another client, a timeout, a cancel): withdraw ours.
                 self._notify("$/cancel_request", {"requestId": rid})
@@ -511,6 +526,7 @@ class _TurnFailed(BridgeError):
 
 
 _LATER = object()  # the handler answered (or will answer) by itself
+_EOF_FLUSH_S = 2.0  # after the editor closes stdin, how long queued answers may take to go out
 
 
 def _with_schema(question: Question) -> Question:
