@@ -19,16 +19,25 @@ import msgspec
 from bridge.errors import ConfigError
 
 __all__ = [
+    "A2ABack",
+    "A2AFrontConfig",
+    "A2ARouteConfig",
+    "A2ASkill",
     "AcpAuth",
+    "AcpBack",
+    "AcpMcpServer",
     "AcpFrontConfig",
     "BackConfig",
     "Config",
+    "DaemonConfig",
     "DemoBack",
+    "EnvFrom",
     "OptionValue",
     "Route",
     "RouteOption",
     "ServerConfig",
     "StoreConfig",
+    "WsFrontConfig",
     "default_config_path",
     "listen_address",
     "load_config",
@@ -50,7 +59,121 @@ class DemoBack(_Conf, tag="demo", tag_field="kind"):
     slow_duration_s: PositiveSeconds = 5.0
 
 
-BackConfig = DemoBack
+class EnvFrom(_Conf):
+    """A value taken from the bridge's environment when the agent starts (never logged)."""
+
+    env: str
+
+
+def _hidden(values: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k!r}: {v!r}" if isinstance(v, EnvFrom) else f"{k!r}: <hidden>" for k, v in values.items()) + "}"
+
+
+class AcpMcpServer(_Conf):
+    """An MCP server handed to the agent in `session/new` (protocols.md §1.4, McpServer)."""
+
+    name: str
+    type: Literal["stdio", "http", "sse"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str | EnvFrom] = {}
+    url: str | None = None
+    headers: dict[str, str | EnvFrom] = {}
+
+    def __post_init__(self) -> None:
+        if self.type == "stdio" and not self.command:
+            raise ValueError(f"MCP server {self.name!r}: a stdio server needs a command")
+        if self.type != "stdio" and not self.url:
+            raise ValueError(f"MCP server {self.name!r}: an {self.type} server needs a url")
+
+    def __repr__(self) -> str:  # env and header values may be secrets (STYLE.md rule 21)
+        return f"AcpMcpServer(name={self.name!r}, type={self.type!r}, env={_hidden(self.env)}, headers={_hidden(self.headers)})"
+
+
+class AcpBack(_Conf, tag="acp", tag_field="kind"):
+    """A coding agent that speaks ACP, spawned as a subprocess (bridge/backs/acp.py)."""
+
+    command: Annotated[list[str], msgspec.Meta(min_length=1)]
+    # Set for the agent: a literal value, or {env = "NAME"} to pass on one of ours.
+    env: dict[str, str | EnvFrom] = {}
+    # False: the agent sees only PATH, HOME, USER, LANG and the like, plus `env`.
+    inherit_env: bool = False
+    cwd: str | None = None  # the agent's working directory; default: the session's
+    mcp_servers: list[AcpMcpServer] = []
+    multiplex: bool = False  # one agent process serves every session of the route
+    auth_method: str | None = None  # `authenticate` with this methodId after initialize
+    permissions: Literal["ask", "allow_read", "deny"] = "ask"
+    # Without an ACP editor offering them: serve fs/* inside `cwd` (read, or read and
+    # write), and terminal/* there, keeping at most terminal_output_bytes per terminal.
+    fs: Literal["off", "read", "cwd"] = "off"
+    terminal: bool = False
+    terminal_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+    max_terminals: Annotated[int, msgspec.Meta(ge=1)] = 8
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
+    startup_timeout_s: PositiveSeconds = 60.0  # initialize + session/new (or load)
+    request_timeout_s: PositiveSeconds = 30.0  # set_config_option, set_mode, session/close
+    kill_grace_s: PositiveSeconds = 3.0  # SIGTERM → SIGKILL for the agent's process group
+
+    def __post_init__(self) -> None:
+        if self.cwd is not None and not os.path.isabs(self.cwd):
+            raise ValueError(f"cwd must be an absolute path, got {self.cwd!r}")
+        if (self.fs != "off" or self.terminal) and self.cwd is None:
+            raise ValueError("fs and terminal are served inside cwd: set cwd")
+
+    def __repr__(self) -> str:
+        return f"AcpBack(command={self.command!r}, env={_hidden(self.env)}, cwd={self.cwd!r}, multiplex={self.multiplex})"
+
+
+class A2ABack(_Conf, tag="a2a", tag_field="kind"):
+    """A remote A2A agent, 1.0 or 0.3, over JSON-RPC or HTTP+JSON (bridge/backs/a2a.py).
+
+    Secrets are named, never written here: `token_env` / `token_file` are read when a
+    call is made; a relative `token_file` is looked up in $CREDENTIALS_DIRECTORY
+    (systemd LoadCredential=) when that is set.
+    """
+
+    url: str | None = None  # the agent; its card is read from {url}/.well-known/agent-card.json
+    card_url: str | None = None  # or: the card itself
+    dialect: Literal["auto", "1.0", "0.3"] = "auto"
+    binding: Literal["auto", "jsonrpc", "http+json"] = "auto"
+    token_env: str | None = None
+    token_file: str | None = None
+    # Send the token raw in this header, whatever the card's security scheme says.
+    auth_header: str | None = None
+    # Other origins (scheme://host:port) the card may send calls to with the token.
+    auth_origins: list[str] = []
+    headers: dict[str, str] = {}  # sent with every call
+    ca_file: str | None = None  # PEM bundle to trust instead of the system's CAs
+    connect_timeout_s: PositiveSeconds = 10.0
+    first_event_timeout_s: PositiveSeconds = 60.0  # a call's first answer or event
+    idle_timeout_s: PositiveSeconds = 300.0  # silence on a stream before it counts as broken
+    return_immediately: bool = True  # without streaming: send, then poll GetTask
+    poll_interval_s: PositiveSeconds = 1.0  # the longest wait between two GetTask polls
+    resume_attempts: Annotated[int, msgspec.Meta(ge=0)] = 5
+    card_ttl_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0  # when the agent sends no Cache-Control
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 16
+    max_event_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.card_url is None):
+            raise ValueError("set exactly one of url and card_url")
+        for u in (self.url, self.card_url, *self.auth_origins):
+            if u is not None and not re.match(r"^https?://[^/\s]+", u):
+                raise ValueError(f"{u!r} is not an http:// or https:// URL")
+        if self.token_env and self.token_file:
+            raise ValueError("set token_env or token_file, not both")
+        if self.auth_header and not (self.token_env or self.token_file):
+            raise ValueError("auth_header needs token_env or token_file")
+        for name, value in self.headers.items():
+            # Values are not quoted back: they may be secrets after all.
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name) or not (value.isprintable() and value.isascii()):
+                raise ValueError(f"headers: {name!r} is not a valid header name, or its value holds control characters")
+
+    def __repr__(self) -> str:
+        return f"A2ABack(url={self.url!r}, card_url={self.card_url!r}, headers={_hidden(self.headers)})"
+
+
+BackConfig = DemoBack | AcpBack | A2ABack
 
 
 class OptionValue(_Conf):
@@ -79,6 +202,65 @@ class AcpAuth(_Conf):
     description: str | None = None
 
 
+class A2ASkill(_Conf):
+    """An A2A `AgentSkill` written on a route's agent card (protocols.md §2.5)."""
+
+    id: str
+    name: str
+    description: str = ""
+    tags: list[str] = []
+    examples: list[str] = []
+
+
+class A2ARouteConfig(_Conf):
+    """`[routes.NAME.a2a]`: the route as an A2A agent at `/a2a/NAME` (bridge/fronts/a2a.py).
+
+    A token is named, never written here: `token_env` / `token_file` are read when the
+    daemon starts (a relative file in $CREDENTIALS_DIRECTORY under systemd). With
+    one, every A2A call needs it (`Authorization: Bearer`, or the `api_key_header`),
+    and the card says so; a configured token that cannot be read refuses every call.
+    """
+
+    expose: bool = True
+    token_env: str | None = None
+    token_file: str | None = None
+    api_key_header: str | None = None
+    skills: list[A2ASkill] = []  # beside the skills made from the back's commands
+    # GetExtendedAgentCard (needs a token): the public card plus these skills.
+    extended_card: bool = False
+    extended_skills: list[A2ASkill] = []
+    provider_organization: str | None = None
+    provider_url: str | None = None
+    documentation_url: str | None = None
+    icon_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.token_env and self.token_file:
+            raise ValueError("set token_env or token_file, not both")
+        if (self.api_key_header or self.extended_card) and not (self.token_env or self.token_file):
+            raise ValueError("api_key_header and extended_card need token_env or token_file")
+        if self.api_key_header and not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", self.api_key_header):
+            raise ValueError(f"api_key_header: {self.api_key_header!r} is not a header name")
+
+    @property
+    def token_required(self) -> bool:
+        return bool(self.token_env or self.token_file)
+
+    def token(self) -> str | None:
+        """The token (`token_env`'s value, else `token_file`'s content); None if none can be read."""
+        if self.token_env:
+            return os.environ.get(self.token_env) or None
+        if self.token_file:
+            path = Path(self.token_file)
+            if not path.is_absolute() and os.environ.get("CREDENTIALS_DIRECTORY"):
+                path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / path
+            try:
+                return path.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                return None
+        return None
+
+
 class Route(_Conf):
     back: BackConfig
     title: str | None = None
@@ -86,6 +268,7 @@ class Route(_Conf):
     version: str = "1.0.0"
     options: list[RouteOption] = []
     acp_auth: AcpAuth | None = None
+    a2a: A2ARouteConfig = A2ARouteConfig()
     # An unanswered question is answered "reject" after this long (never "allow").
     question_timeout_s: PositiveSeconds = 300.0
     # After a cancel, how long the back gets to stop before it is cut off.
@@ -111,24 +294,152 @@ class ServerConfig(_Conf):
     graceful_timeout_s: PositiveSeconds = 10.0
 
 
+class DaemonConfig(_Conf):
+    """`agent-bridge serve` as a service: the ACP unix socket, reload and shutdown, health."""
+
+    # The ACP front's unix socket (`agent-bridge acp --connect`): true = the default path
+    # ($RUNTIME_DIRECTORY/acp.sock under systemd, else $XDG_RUNTIME_DIR/agent-bridge/acp.sock,
+    # else /tmp/agent-bridge-UID/acp.sock), a path, or false for none. A socket passed
+    # by systemd (socket activation) is used instead.
+    acp_socket: str | bool = True
+    acp_socket_mode: Annotated[str, msgspec.Meta(pattern="^0?[0-7]{3}$")] = "0600"
+    # SIGTERM: running turns get this long to finish, then they are cancelled.
+    shutdown_grace_s: PositiveSeconds = 30.0
+    # SIGHUP: running turns of a removed route get this long to finish, then they are cancelled.
+    reload_grace_s: PositiveSeconds = 300.0
+    # /readyz: each route's back is checked at most this often, each check bounded by the timeout.
+    probe_timeout_s: PositiveSeconds = 5.0
+    probe_interval_s: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    # Under systemd: every credential named like an environment variable (LoadCredential=
+    # NAME:...) is put in our environment if not set, so `token_env` and `{env = "NAME"}` find it.
+    env_from_credentials: bool = True
+    metrics: bool = True  # serve GET /metrics
+
+    def __post_init__(self) -> None:
+        if isinstance(self.acp_socket, str) and not os.path.isabs(self.acp_socket):
+            raise ValueError(f"acp_socket must be an absolute path, got {self.acp_socket!r}")
+        if isinstance(self.acp_socket, str) and len(os.fsencode(self.acp_socket)) > 107:
+            raise ValueError("acp_socket: a unix socket path is at most 107 bytes")
+
+
 class StoreConfig(_Conf):
     state_dir: str | None = None  # default: $XDG_STATE_HOME/agent-bridge
     flush_interval_s: PositiveSeconds = 0.05
+
+
+class WsFrontConfig(_Conf):
+    """The chat event stream front: `/ws` (WebSocket) and `/api/sessions` (REST).
+
+    The bearer token is read from an environment variable or a file, never written
+    in the config and never logged; with neither configured, no token is asked for.
+    """
+
+    token_env: str | None = None
+    token_file: str | None = None
+    # Browser origins allowed to connect ("*" allows any); requests without an Origin
+    # header (not from a browser) are allowed, the token still applies.
+    allowed_origins: list[str] = []
+    # The largest client frame; a larger one gets `system:error` and close 1009.
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+    # Client frames per second per connection, and the burst allowed above that rate.
+    max_messages_per_s: Annotated[float, msgspec.Meta(gt=0)] = 50.0
+    message_burst: Annotated[int, msgspec.Meta(ge=1)] = 200
+    # Frames waiting for one client. Over this the client is disconnected (close 4008,
+    # "slow consumer"); the back is never paused for a WebSocket client.
+    queue_max_frames: Annotated[int, msgspec.Meta(ge=16)] = 8192
+    # A client that has not accepted a write for this long while frames wait is
+    # disconnected the same way.
+    slow_client_timeout_s: PositiveSeconds = 10.0
+    # Without an Authorization header, the first frame must carry `auth.token` within this.
+    auth_timeout_s: PositiveSeconds = 10.0
+    max_subscriptions: Annotated[int, msgspec.Meta(ge=1)] = 100
+    # A text or thinking block ends at this many characters (the next chunk opens a new one).
+    block_max_chars: Annotated[int, msgspec.Meta(ge=64)] = 2048
+    # WebSocket pings keep idle connections (and NATs) alive; None: no pings.
+    ping_interval_s: PositiveSeconds | None = 30.0
+    # permessage-deflate costs ~300 KiB per connection in zlib state; off by default.
+    permessage_deflate: bool = False
+    # Write every waiting frame in one socket write (hypercorn's WebSocket stream);
+    # false: one ASGI `websocket.send` per frame.
+    batch_writes: bool = True
+
+    @property
+    def token_required(self) -> bool:
+        return self.token_env is not None or self.token_file is not None
+
+    def token(self) -> str | None:
+        """The token: `token_env`'s value if set, else `token_file`'s content; None if neither yields one.
+
+        Read at start-up, like `acp_auth`: a configured but missing token refuses
+        every client (fail closed) rather than serving without one.
+        """
+        if self.token_env is not None and os.environ.get(self.token_env):
+            return os.environ[self.token_env]
+        if self.token_file is not None:
+            try:
+                return Path(self.token_file).read_text(encoding="utf-8").strip() or None
+            except OSError:
+                return None
+        return None
+
+
+class A2AFrontConfig(_Conf):
+    """`[a2a]`: the A2A front, every route as an A2A agent at `/a2a/{route}` (bridge/fronts/a2a.py)."""
+
+    # The route whose card is served at /.well-known/agent-card.json; default: the
+    # top-level `default_route`, else the only route.
+    default_route: str | None = None
+    # The base URL written in agent cards (behind a proxy); default: the request's own.
+    public_url: str | None = None
+    card_max_age_s: Annotated[int, msgspec.Meta(ge=0)] = 300
+    # Webhook hosts push notifications may go to: "host", "host:port", "*.example.com",
+    # or "*" for any. Empty: push notifications are off (the card says so).
+    push_allowed_hosts: list[str] = []
+    push_max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 5
+    push_backoff_s: PositiveSeconds = 0.5  # before the first retry; doubled each time
+    push_max_backoff_s: PositiveSeconds = 30.0
+    push_timeout_s: PositiveSeconds = 10.0
+    push_max_configs: Annotated[int, msgspec.Meta(ge=1)] = 10  # per task
+    # Notifications waiting for one webhook; over this the oldest are dropped (logged).
+    push_queue_max: Annotated[int, msgspec.Meta(ge=16)] = 256
+    # Events waiting for one SSE client; over this the stream is closed (its task goes on).
+    stream_queue_max_events: Annotated[int, msgspec.Meta(ge=16)] = 8192
+    heartbeat_s: PositiveSeconds = 15.0  # a `: keepalive` comment on a quiet stream
+    # A session the A2A front opened is closed (its agent freed) after this long with no
+    # task running or waiting for input; a later message on its context reopens it.
+    idle_close_s: PositiveSeconds = 300.0
+
+    def __post_init__(self) -> None:
+        if self.public_url is not None and not re.match(r"^https?://[^/\s]+", self.public_url):
+            raise ValueError(f"public_url: {self.public_url!r} is not an http:// or https:// URL")
+        for host in self.push_allowed_hosts:
+            if not re.fullmatch(r"\*|(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?", host):
+                raise ValueError(f"push_allowed_hosts: {host!r} is not a host, host:port or *.domain")
 
 
 class Config(_Conf):
     routes: dict[str, Route]
     default_route: str | None = None
     acp: AcpFrontConfig = AcpFrontConfig()
+    ws: WsFrontConfig = WsFrontConfig()
+    a2a: A2AFrontConfig = A2AFrontConfig()
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
+    daemon: DaemonConfig = DaemonConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def route(self, name: str) -> Route:
         return self.routes[name]
 
 
-_SECTIONS: dict[str, Any] = {"acp": AcpFrontConfig, "server": ServerConfig, "store": StoreConfig}
+_SECTIONS: dict[str, Any] = {
+    "a2a": A2AFrontConfig,
+    "acp": AcpFrontConfig,
+    "daemon": DaemonConfig,
+    "server": ServerConfig,
+    "store": StoreConfig,
+    "ws": WsFrontConfig,
+}
 
 
 def _problem(path: str, exc: msgspec.ValidationError) -> str:
@@ -201,6 +512,9 @@ def parse_config(raw: dict[str, Any]) -> Config:
     default_route = raw.get("default_route")
     if isinstance(default_route, str) and default_route not in raw_routes:
         problems.append(f"$.default_route: no route named {default_route!r}")
+    a2a = sections.get("a2a")
+    if a2a is not None and a2a.default_route is not None and a2a.default_route not in raw_routes:
+        problems.append(f"$.a2a.default_route: no route named {a2a.default_route!r}")
     server = sections.get("server")
     if server is not None and _split_listen(server.listen) is None:
         problems.append(f"$.server.listen: expected HOST:PORT, got {server.listen!r}")

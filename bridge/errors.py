@@ -13,7 +13,8 @@
     │   ├── Busy             a turn is already running in that session
     │   └── RequestCancelled the peer cancelled its own request
     ├── BackError            the back (the agent we relay to) failed: WARNING, turn fails
-    │   └── BackUnavailable  it could not be reached or started
+    │   ├── BackUnavailable  it could not be reached or started
+    │   └── BackAuthRequired the agent wants the user to authorize first (A2A AUTH_REQUIRED)
     ├── ConfigError          the configuration is invalid: exit 78 (EX_CONFIG)
     └── InternalError        our bug: log ERROR with the traceback
 
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "AuthRequired",
+    "BackAuthRequired",
     "BackError",
     "BackUnavailable",
     "BridgeError",
@@ -109,6 +111,11 @@ class BackUnavailable(BackError):
     pass
 
 
+class BackAuthRequired(BackError):
+    """The agent behind the back needs the user to authorize (A2A AUTH_REQUIRED):
+    ACP answers the prompt with auth_required (-32000), protocols.md §6.4."""
+
+
 class ConfigError(BridgeError):
     """Carries every problem found, each as `$.path: message`."""
 
@@ -142,6 +149,7 @@ CODES: dict[type[BridgeError], Codes] = {
     Busy: Codes(-32600, -32004, 409, 4409),
     RequestCancelled: Codes(-32800, -32603, 499, 1000),
     BackUnavailable: Codes(-32603, -32603, 502, 1011),
+    BackAuthRequired: Codes(-32000, -32600, 401, 4401),
     BackError: Codes(-32603, -32006, 502, 1011),
     ConfigError: Codes(-32603, -32603, 500, 1011),
     InternalError: Codes(-32603, -32603, 500, 1011),

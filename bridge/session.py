@@ -13,6 +13,13 @@ process anyway). Fronts never talk to backs, only to sessions:
 - Events are appended to a pending list and written to the store in batches by a
   flusher; a turn's end is flushed before `Turn.wait()` returns, so a finished turn is
   durable before any client hears that it finished.
+
+For the daemon (reload, shutdown, metrics): `SessionManager.accepting` off refuses new
+sessions and turns; `drain(grace_s)` lets running turns finish, then cancels the rest,
+so every front reports the cancellation its own way from `TurnEnded(cancelled)`;
+`reconfigure(config)` swaps routes (removed routes' sessions are `retired`: no new
+turns); an optional `observer` (bridge/metrics.py) hears of sessions, turns and back
+errors once each, and of delivered events once per store flush, never per event.
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import trio
+from msgspec.structs import replace
 
-from bridge.backs.base import Back, BackSession, SessionContext
+from bridge.backs.base import Back, BackSession, ClientServices, SessionContext
 from bridge.config import Config, Route
 from bridge.core.content import ContentBlock, text_of
 from bridge.core.events import (
@@ -45,14 +53,18 @@ from bridge.core.events import (
     encode_events,
 )
 from bridge.core.turn import TurnInput, TurnMachine, TurnState
-from bridge.errors import BackError, Busy, InvalidParams, NotFound
+from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
+from bridge.logs import set_log_ids
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
 
-__all__ = ["Session", "SessionManager", "Subscriber", "Turn"]
+__all__ = ["Session", "SessionManager", "Subscriber", "Turn", "TurnObserver"]
 
 log = logging.getLogger("bridge.session")
 
-_FLUSH_AT_EVENTS = 4096  # pending events that make `flow()` wait for a store write
+# Pending events that wake the flusher early, and the bound past which a producing
+# back waits for the store (backpressure keeps unstored events bounded in memory).
+_FLUSH_AT_EVENTS = 4096
+_MAX_PENDING_EVENTS = 65536
 
 
 class Subscriber(Protocol):
@@ -62,6 +74,30 @@ class Subscriber(Protocol):
     def congested(self) -> bool: ...
 
     async def wait_uncongested(self) -> None: ...
+
+
+class TurnObserver(Protocol):
+    """Told of what happens, for metrics; each call is cheap and never blocks."""
+
+    def session_opened(self, route: str) -> None: ...
+
+    def turn_ended(self, route: str, outcome: str, seconds: float, first_event_s: float | None) -> None: ...
+
+    def back_failed(self, route: str, kind: str) -> None: ...
+
+    def events_delivered(self, protocol: str, count: int) -> None: ...
+
+
+def _protocol_of(sub: Subscriber) -> str:
+    """The front a subscriber belongs to, for the events-relayed metric (`bridge.fronts.acp` → acp)."""
+    name = getattr(sub, "protocol", None)
+    if isinstance(name, str):
+        return name
+    module = type(sub).__module__
+    if module.startswith("bridge.fronts."):
+        tail = module.rsplit(".", 1)[-1]
+        return "chat" if tail.startswith(("chat", "ws", "rest")) else tail.split("_")[0]
+    return module.rsplit(".", 1)[-1]
 
 
 def new_id() -> str:
@@ -83,6 +119,8 @@ class Turn:
         self._cancel = trio.Event()
         self._answers: dict[str, tuple[Question, trio.Event, list[QuestionAnswered]]] = {}
         self.scope: trio.CancelScope | None = None
+        self.started = time.monotonic()
+        self.first_event_at: float | None = None  # the back's first event (a metric)
 
     # -- TurnHandle -------------------------------------------------------------
     @property
@@ -93,6 +131,8 @@ class Turn:
         await self._cancel.wait()
 
     def emit(self, event: Event) -> None:
+        if self.first_event_at is None:
+            self.first_event_at = time.monotonic()
         self.session._emit(event)
 
     async def flow(self) -> None:
@@ -159,13 +199,20 @@ class Session:
         self.id = record.session_id
         self._seq = record.last_seq
         self._subscribers: list[Subscriber] = []
+        self._protocols: list[str] = []  # each subscriber's front, for the metric
         self._pending: list[Event] = []
         self._flush_lock = trio.Lock()
+        self._flush_soon = trio.Event()
         self._back_session: BackSession | None = None
         self._back_lock = trio.Lock()
         self.turn: Turn | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = trio.Event()
+        # Set by the ACP front while an editor is attached (its files and terminals).
+        self.client_services: ClientServices | None = None
+        self.back_options: list[ConfigOption] = []  # what the back's agent offers
+        # Its route was removed by a reload: the running turn may finish, no new one starts.
+        self.retired = False
 
     # -- lifecycle ------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -191,6 +238,19 @@ class Session:
                 await self.turn.wait()
         self._closed.set()
 
+    # -- SessionHost (what a back may use outside a turn) ----------------------------
+    def emit(self, event: Event) -> None:
+        self._emit(event)
+
+    def set_back_options(self, options: list[ConfigOption]) -> None:
+        self.back_options = options
+        self._emit(OptionsChanged(options=self.config_options()))
+
+    @property
+    def shared_nursery(self) -> trio.Nursery:
+        assert self.manager._nursery is not None
+        return self.manager._nursery
+
     # -- events ---------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
         self._seq += 1
@@ -203,16 +263,21 @@ class Session:
         for sub in self._subscribers:
             if sub.congested():
                 await sub.wait_uncongested()
-        if len(self._pending) >= _FLUSH_AT_EVENTS:
+        pending = len(self._pending)
+        if pending >= _MAX_PENDING_EVENTS:
             await self.flush()
-        else:
-            await trio.lowlevel.checkpoint()
+            return
+        if pending >= _FLUSH_AT_EVENTS:
+            self._flush_soon.set()  # written in the background while the back goes on
+        await trio.lowlevel.checkpoint()
 
     def subscribe(self, sub: Subscriber) -> Callable[[], None]:
         self._subscribers.append(sub)
+        self._protocols.append(_protocol_of(sub))
 
         def unsubscribe() -> None:
             if sub in self._subscribers:
+                del self._protocols[self._subscribers.index(sub)]
                 self._subscribers.remove(sub)
 
         return unsubscribe
@@ -231,6 +296,10 @@ class Session:
             if not self._pending:
                 return
             batch, self._pending = self._pending, []
+            observer = self.manager.observer
+            if observer is not None:
+                for protocol in self._protocols:  # once per flush, not per event
+                    observer.events_delivered(protocol, len(batch))
             blob = encode_events(batch)  # type: ignore[arg-type]
             now = time.time()
             self.record.updated_at = now
@@ -242,7 +311,9 @@ class Session:
     async def _flusher(self) -> None:
         interval = self.manager.config.store.flush_interval_s
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_after(interval):
+                await self._flush_soon.wait()
+            self._flush_soon = trio.Event()
             if self._pending:
                 await self.flush()
 
@@ -253,6 +324,10 @@ class Session:
             raise Busy(f"session {self.id} is already running a turn; cancel it or wait for it to end")
         if self._nursery is None or self._closed.is_set():
             raise NotFound(f"session {self.id} is closed")
+        if self.retired:
+            raise NotFound(f"route {self.record.route!r} of session {self.id} was removed from the configuration")
+        if not self.manager.accepting:
+            raise BackUnavailable(self.manager.refusal)
         turn = Turn(self, new_id(), content)
         self.turn = turn
         if self.record.title is None:
@@ -272,12 +347,15 @@ class Session:
                     options=dict(self.record.options),
                     back_ref=self.record.back_ref,
                     meta=dict(self.record.meta),
+                    host=self,
                 )
                 self._back_session = await self.back.open_session(ctx, nursery=self._nursery)
             return self._back_session
 
     async def _run_turn(self, turn: Turn) -> None:
         started = time.time()
+        set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id)
+        log.info("turn started")
         await self.manager.store.put_turn(
             TurnRecord(turn_id=turn.turn_id, session_id=self.id, started_at=started, first_seq=self._seq)
         )
@@ -295,6 +373,8 @@ class Session:
             except trio.TooSlowError:
                 stop = StopReason.FAILED
                 error = TurnError(message=f"turn exceeded the route's turn_timeout_s ({limit:g} s)", kind="timeout")
+        if error is not None and self.manager.observer is not None:
+            self.manager.observer.back_failed(self.record.route, error.kind or "BackError")
         if turn.cancel_requested:
             # ACP §cancellation: once cancelled, the answer is `cancelled`, never an error.
             stop, error = StopReason.CANCELLED, None
@@ -323,6 +403,11 @@ class Session:
             await self.manager.store.put_session(self.record)
         turn.ended = ended
         turn._done.set()
+        seconds = time.monotonic() - turn.started
+        first = turn.first_event_at - turn.started if turn.first_event_at is not None else None
+        log.info("turn ended: %s after %.3f s", stop.value, seconds)
+        if self.manager.observer is not None:
+            self.manager.observer.turn_ended(self.record.route, stop.value, seconds, first)
 
     def cancel(self) -> bool:
         """Ask the running turn to stop; it ends `cancelled` within `cancel_grace_s`.
@@ -361,8 +446,13 @@ class Session:
         text: str | None = None,
         values: dict[str, Any] | None = None,
         cancelled: bool = False,
+        by: Literal["user", "front"] = "user",
     ) -> None:
-        """Answer an open question; InvalidParams if the answer does not fit it."""
+        """Answer an open question; InvalidParams if the answer does not fit it.
+
+        `by="front"` (with `cancelled`): the front had no way to show the question,
+        so the back may ask in the chat instead (the A2A back does, protocols.md §6.4).
+        """
         turn = self.turn
         question = turn.open_question(question_id) if turn else None
         if turn is None or question is None:
@@ -381,12 +471,15 @@ class Session:
                 raise InvalidParams("this question takes one of its options, not free text")
         turn._resolve(
             question_id,
-            QuestionAnswered(question_id=question_id, selected=selected, text=text, values=values, cancelled=cancelled),
+            QuestionAnswered(
+                question_id=question_id, selected=selected, text=text, values=values, cancelled=cancelled, by=by
+            ),
         )
 
     # -- options --------------------------------------------------------------------
     def config_options(self) -> list[ConfigOption]:
-        return [
+        """The route's options, then those the back's agent offers (route ids win)."""
+        own = [
             ConfigOption(
                 id=o.id,
                 name=o.name,
@@ -397,16 +490,22 @@ class Session:
             )
             for o in self.route.options
         ]
+        ids = {o.id for o in own}
+        return own + [o for o in self.back_options if o.id not in ids]
 
     async def set_option(self, option_id: str, value: str) -> list[ConfigOption]:
         spec = next((o for o in self.route.options if o.id == option_id), None)
-        if spec is None:
-            raise InvalidParams(f"unknown option {option_id!r}; options are {[o.id for o in self.route.options]}")
-        if value not in {v.value for v in spec.values}:
-            raise InvalidParams(f"{value!r} is not a value of {option_id!r}: {[v.value for v in spec.values]}")
+        offered = None if spec is not None else next((o for o in self.back_options if o.id == option_id), None)
+        if spec is None and offered is None:
+            raise InvalidParams(f"unknown option {option_id!r}; options are {[o.id for o in self.config_options()]}")
+        values = [v.value for v in (spec or offered).values]  # type: ignore[union-attr]
+        if value not in values:
+            raise InvalidParams(f"{value!r} is not a value of {option_id!r}: {values}")
         self.record.options[option_id] = value
         if self._back_session is not None:
             await self._back_session.set_option(option_id, value)
+        if offered is not None:
+            self.back_options = [replace(o, current=value) if o.id == option_id else o for o in self.back_options]
         options = self.config_options()
         self._emit(OptionsChanged(options=options))
         await self.manager.store.put_session(self.record)
@@ -423,6 +522,10 @@ class SessionManager:
         self._backs: dict[str, Back] = {}
         self._live: dict[str, Session] = {}
         self._nursery: trio.Nursery | None = None
+        self.observer: TurnObserver | None = None
+        self.accepting = True  # False: new sessions and turns are refused with `refusal`
+        self.refusal = "the bridge is shutting down"
+        self._aborted = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -439,6 +542,8 @@ class SessionManager:
         return back
 
     async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None) -> Session:
+        if not self.accepting:
+            raise BackUnavailable(self.refusal)
         back = self.back_for(route_name)
         now = time.time()
         route = self.config.routes[route_name]
@@ -452,7 +557,11 @@ class SessionManager:
             meta=meta or {},
         )
         await self.store.put_session(record)
-        return await self._start(record, back)
+        session = await self._start(record, back)
+        log.info("session created", extra={"route": route_name, "session": record.session_id})
+        if self.observer is not None:
+            self.observer.session_opened(route_name)
+        return session
 
     async def get(self, session_id: str) -> Session:
         """The live session, started from the store if needed; NotFound otherwise."""
@@ -491,4 +600,58 @@ class SessionManager:
 
     async def close_all(self) -> None:
         for session in list(self._live.values()):
+            if self._aborted:
+                return  # `abort` stopped every session
             await session.close()
+
+    # -- the daemon: reload, shutdown, metrics ------------------------------------------------
+    def live_counts(self) -> dict[str, tuple[int, int]]:
+        """route → (live sessions, running turns)."""
+        counts: dict[str, tuple[int, int]] = {}
+        for s in self._live.values():
+            n, t = counts.get(s.record.route, (0, 0))
+            counts[s.record.route] = (n + 1, t + (1 if s.turn is not None and s.turn.machine.active else 0))
+        return counts
+
+    def reconfigure(self, config: Config) -> tuple[dict[str, Back], list[Session]]:
+        """Use `config` from now on. New and changed routes serve new sessions; live
+        sessions keep the route they started with; those of removed routes are retired.
+        Returns the backs no new session will use (of changed and removed routes, by
+        route name) and the sessions retired."""
+        old, self.config = self.config, config
+        dropped = {
+            name: self._backs.pop(name)
+            for name in list(self._backs)
+            if name not in config.routes or config.routes[name] != old.routes.get(name)
+        }
+        retired = [s for s in self._live.values() if s.record.route not in config.routes]
+        for session in retired:
+            session.retired = True
+        return dropped, retired
+
+    async def drain(self, grace_s: float, *, sessions: list[Session] | None = None) -> int:
+        """Let running turns finish within `grace_s`, then cancel the rest and wait for
+        them to end (each within its route's cancel grace). Returns how many were cancelled."""
+        live = list(self._live.values()) if sessions is None else sessions
+        turns = [s.turn for s in live if s.turn is not None and s.turn.machine.active]
+        if not turns:
+            return 0
+        with trio.move_on_after(grace_s):
+            for turn in turns:
+                await turn.wait()
+        late = [t for t in turns if not t._done.is_set()]
+        for turn in late:
+            log.info("turn still running after %g s: cancelled", grace_s,
+                     extra={"route": turn.session.record.route, "session": turn.session.id, "turn": turn.turn_id})  # fmt: skip
+            turn.session.cancel()
+        with trio.move_on_after(max((t.session.route.cancel_grace_s for t in late), default=0) + 1):
+            for turn in late:
+                await turn.wait()
+        return len(late)
+
+    def abort(self) -> None:
+        """Stop every session now (a second SIGTERM): their backs still end their processes."""
+        self._aborted = True
+        self.accepting = False
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()

@@ -34,6 +34,7 @@ from bridge.core.content import TextContent
 from bridge.errors import (
     CODES,
     AuthRequired,
+    BackAuthRequired,
     BackError,
     BackUnavailable,
     BridgeError,
@@ -380,6 +381,7 @@ ALL_ERRORS: list[BridgeError] = [
     Busy("b"),
     RequestCancelled("c"),
     BackUnavailable("u"),
+    BackAuthRequired("sign in"),
     BackError("e"),
     ConfigError(["$.x: bad"]),
     InternalError("i"),

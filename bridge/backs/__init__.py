@@ -15,4 +15,12 @@ def make_back(name: str, route: Route) -> Back:
         from bridge.backs.demo import DemoBack
 
         return DemoBack(name, route)
+    if kind == "acp":
+        from bridge.backs.acp import AcpBack
+
+        return AcpBack(name, route)
+    if kind == "a2a":
+        from bridge.backs.a2a import A2ABack
+
+        return A2ABack(name, route)
     raise ValueError(f"unknown back kind {kind!r}")  # config validation makes this unreachable

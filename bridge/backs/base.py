@@ -18,9 +18,9 @@ import msgspec
 import trio
 
 from bridge.core.content import ContentBlock
-from bridge.core.events import CommandInfo, Event, Question, QuestionAnswered, StopReason
+from bridge.core.events import CommandInfo, ConfigOption, Event, Question, QuestionAnswered, StopReason
 
-__all__ = ["AgentInfo", "Back", "BackSession", "SessionContext", "TurnHandle"]
+__all__ = ["AgentInfo", "Back", "BackSession", "ClientServices", "SessionContext", "SessionHost", "TurnHandle"]
 
 
 class AgentInfo(msgspec.Struct, kw_only=True):
@@ -40,6 +40,41 @@ class SessionContext(msgspec.Struct, kw_only=True):
     options: dict[str, str]
     back_ref: str | None = None  # the peer's id stored from an earlier run
     meta: dict[str, Any] = {}
+    host: Any = None  # the live session, a `SessionHost` (None outside a SessionManager)
+
+
+class ClientServices(Protocol):
+    """What the client offers the back besides prompts: an ACP editor's files and
+    terminals (protocols.md §1.3). Set on the session by the ACP front while an
+    editor is attached; `call` forwards one `fs/*` or `terminal/*` request and
+    returns its raw result, or raises a BridgeError."""
+
+    @property
+    def fs_read(self) -> bool: ...
+
+    @property
+    def fs_write(self) -> bool: ...
+
+    @property
+    def terminal(self) -> bool: ...
+
+    async def call(self, method: str, params: Any) -> msgspec.Raw | None: ...
+
+
+class SessionHost(Protocol):
+    """The live session as a back sees it outside a turn."""
+
+    client_services: ClientServices | None
+
+    def emit(self, event: Event) -> None:
+        """Report an event that belongs to no turn (commands, usage)."""
+
+    def set_back_options(self, options: list[ConfigOption]) -> None:
+        """The options the back's agent offers; announced with the route's own."""
+
+    @property
+    def shared_nursery(self) -> trio.Nursery:
+        """Lives as long as the daemon: for what a back shares between sessions."""
 
 
 class TurnHandle(Protocol):
@@ -77,6 +112,10 @@ class BackSession(Protocol):
 
 
 class Back(Protocol):
+    """`info` may be filled in late by a back that must look its agent up first (the
+    A2A back reads an agent card): such a back also has `async def ready()`, which a
+    front awaits before it describes the agent (ACP `initialize`); it never raises."""
+
     info: AgentInfo
 
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> BackSession: ...

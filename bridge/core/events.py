@@ -208,7 +208,9 @@ class QuestionAnswered(_Event, tag="question_answered"):
     text: str | None = None
     values: dict[str, Any] | None = None
     cancelled: bool = False
-    by: Literal["user", "policy", "timeout"] = "user"
+    # "front": no front could show the question (e.g. an editor without forms), so
+    # nobody saw it; the back may then ask in the chat instead.
+    by: Literal["user", "policy", "timeout", "front"] = "user"
 
 
 class ArtifactUpdated(_Event, tag="artifact_updated"):

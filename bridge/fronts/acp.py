@@ -39,6 +39,9 @@ from bridge.config import Config, Route
 from bridge.core.events import CommandsAvailable, Event, Question, QuestionAnswered, QuestionAsked, StopReason, TurnStarted
 from bridge.errors import (
     AuthRequired,
+    BackAuthRequired,
+    BackError,
+    BackUnavailable,
     BridgeError,
     FrameTooLarge,
     InvalidParams,
@@ -46,6 +49,7 @@ from bridge.errors import (
     MethodNotFound,
     NotFound,
     PeerError,
+    RequestCancelled,
 )
 from bridge.fronts.outbox import Outbox
 from bridge.schema import acp
@@ -78,7 +82,13 @@ class _Attached:
         self.conn = conn
         self.session = session
         self.holding: list[Event] | None = []  # events that arrive during a replay
-        self.unsubscribe = session.subscribe(self)
+        self._unsubscribe = session.subscribe(self)
+        session.client_services = conn.services  # the editor's files and terminals
+
+    def unsubscribe(self) -> None:
+        self._unsubscribe()
+        if self.session.client_services is self.conn.services:
+            self.session.client_services = None
 
     def deliver(self, event: Event) -> None:
         if self.holding is not None:
@@ -124,6 +134,7 @@ class AcpConnection:
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
+        self.services = _EditorServices(self)
         self._nursery: trio.Nursery | None = None
         self._writer_done = trio.Event()
         self._handlers: dict[str, tuple[type, Callable[[Any, Any], Awaitable[Any]]]] = {
@@ -157,6 +168,8 @@ class AcpConnection:
             self.outbox.close()
             for att in self.attached.values():
                 att.unsubscribe()
+            for event, _box in list(self._replies.values()):
+                event.set()  # nobody will answer now: wake whoever waits (a back's fs call)
             for session in set(self.prompts.values()):
                 session.cancel()
 
@@ -296,6 +309,9 @@ class AcpConnection:
         self.initialized = True
         self.client_caps = p.client_capabilities or acp.ClientCapabilities()
         back = self.manager.back_for(self.route_name)
+        ready = getattr(back, "ready", None)  # a back that looks its agent up first (an A2A card)
+        if ready is not None:
+            await ready()
         auth = self.route.acp_auth
         return acp.InitializeResult(
             # We speak v1; a client asking for more gets 1 and decides (protocols.md §1.2).
@@ -415,7 +431,7 @@ class AcpConnection:
 
     async def _set_mode(self, call: Call, p: acp.SetModeParams) -> dict[str, Any]:
         session = self._session(p.session_id)
-        mode = next((o for o in session.route.options if o.category == "mode"), None)
+        mode = next((o for o in session.config_options() if o.category == "mode"), None)
         if mode is None:
             raise InvalidParams("this route has no modes")
         await session.set_option(mode.id, p.mode_id)
@@ -439,16 +455,17 @@ class AcpConnection:
         return _LATER
 
     async def _answer_prompt(self, request_id: Any, turn: Any) -> None:
-        try:
-            ended = await turn.wait()
-        finally:
-            self.prompts.pop(request_id, None)
+        # Not in a `finally`: when the connection ends, this task is cancelled first and
+        # `run()` must still find the prompt, to cancel a turn nobody will hear the end of
+        # (in the daemon the session outlives the connection).
+        ended = await turn.wait()
+        self.prompts.pop(request_id, None)
         if ended.stop_reason is StopReason.FAILED:
             err = ended.error
             message = err.message if err else "the turn failed"
-            self.outbox.put(
-                error_response(request_id, _TurnFailed(message, data={"kind": err.kind if err else "back"}))
-            )
+            # The agent wants the user to authorize: ACP's auth_required (protocols.md §6.4).
+            cls = AuthRequired if err is not None and err.kind == BackAuthRequired.__name__ else _TurnFailed
+            self.outbox.put(error_response(request_id, cls(message, data={"kind": err.kind if err else "back"})))
             return
         stop = ended.stop_reason
         if stop is StopReason.INPUT_REQUIRED:
@@ -459,10 +476,12 @@ class AcpConnection:
     def _deliver(self, session: Session, event: Event, *, replay: bool = False) -> None:
         update = codec.from_turn(event)
         if update is not None:
-            for one in update if type(update) is list else (update,):
-                self.outbox.put(
-                    Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one))
-                )
+            put = self.outbox.put
+            if type(update) is list:
+                for one in update:
+                    put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one)))
+            else:
+                put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=update)))
             return
         if replay:
             return
@@ -481,7 +500,7 @@ class AcpConnection:
         elicit = self.client_caps.elicitation is not None and self.client_caps.elicitation.form is not None
         if question.kind == "form" or (question.kind == "choice" and elicit and (question.multi_select or question.allow_text)):
             if not elicit:
-                self._answer(session, question.id, cancelled=True)
+                self._answer(session, question.id, cancelled=True, by="front")  # nobody can see it here
                 return
             params: Any = codec.elicitation_request(session.id, _with_schema(question))
             method, result_type = "elicitation/create", acp.ElicitationResult
@@ -519,6 +538,61 @@ class AcpConnection:
         except InvalidParams as exc:
             log.warning("editor's answer does not fit the question: %s", exc.message)
             session.answer(question_id, cancelled=True)
+
+
+class _EditorServices:
+    """The editor's `fs/*` and `terminal/*`, offered to the session's back (ClientServices).
+
+    Requests are forwarded unchanged (the back puts the bridge's sessionId in them)
+    and matched like our other requests to the editor; its error comes back mapped
+    by meaning (STYLE.md rule 9).
+    """
+
+    def __init__(self, conn: AcpConnection) -> None:
+        self.conn = conn
+
+    @property
+    def fs_read(self) -> bool:
+        fs = self.conn.client_caps.fs
+        return fs is not None and fs.read_text_file
+
+    @property
+    def fs_write(self) -> bool:
+        fs = self.conn.client_caps.fs
+        return fs is not None and fs.write_text_file
+
+    @property
+    def terminal(self) -> bool:
+        return self.conn.client_caps.terminal
+
+    async def call(self, method: str, params: Any) -> Any:
+        conn = self.conn
+        req = conn.outgoing.request(method, params)
+        slot: tuple[trio.Event, list[Reply]] = (trio.Event(), [])
+        conn._replies[req.id] = slot
+        conn.outbox.put(req)
+        try:
+            with trio.move_on_after(conn.config.acp.request_timeout_s):
+                await slot[0].wait()
+        finally:
+            conn._replies.pop(req.id, None)
+            conn.outgoing.pending.pop(req.id, None)
+        if not slot[1]:
+            raise BackUnavailable(f"the editor did not answer {method}")
+        reply = slot[1][0]
+        if reply.error is not None:
+            cls = _EDITOR_ERRORS.get(reply.error.code, BackError)
+            raise cls(f"the editor answered {method}: {reply.error.message}", data=reply.error.data)
+        return reply.result
+
+
+_EDITOR_ERRORS: dict[int, type[BridgeError]] = {
+    -32602: InvalidParams,
+    -32601: MethodNotFound,
+    -32002: NotFound,
+    -32000: AuthRequired,
+    -32800: RequestCancelled,
+}
 
 
 class _TurnFailed(BridgeError):
