@@ -1,0 +1,459 @@
+"""A2A ↔ canonical translation, sans-I/O (protocols.md §6.1–6.5).
+
+- Content: `blocks_from_parts` / `parts_from_blocks` follow the §6.2 table (text,
+  raw, url and data parts ↔ ACP/MCP content blocks).
+- `TaskTracker` turns what an agent says about one task (stream events, Task
+  snapshots from `GetTask` or a re-subscription, a bare Message) into canonical
+  events, each piece of content exactly once: it remembers which message ids and
+  which artifact parts already went out, so a snapshot taken after a broken stream
+  adds only what was missed (§6.1 "resume").
+- Questions (§6.3–6.4): an INPUT_REQUIRED status message becomes a canonical
+  `Question` (`question_for`), and the user's answer becomes the parts of the next
+  message on the same task (`answer_parts`), bound to the question through the
+  message metadata `{"agentBridge": {"inReplyTo": <status messageId>}}`.
+
+  Option shapes read from a `data` part of the status message:
+  `{"options": [{"id", "label", "kind"?, "description"?}], "multiSelect"?, "allowText"?}`
+  → a choice (a permission when the options carry ACP kinds); answered with a text
+  part (the labels) and a data part `{"selected": [ids], "text"?}`.
+  `{"questions": [{"question", "header"?, "options": [{"label"}], "multiSelect"?}]}`
+  (chat AskUserQuestion) → a choice (one question) or a form; answered with
+  `{"selections": {"0": [option index]}, "custom": {"0": text}}` (§4.5).
+  Plain text → a form with one free-text field; answered with a text part.
+- Stop reasons (§6.5): completed → end_turn, canceled → cancelled, rejected →
+  refusal; failed, input-required and auth-required are the back's to handle.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Literal, NamedTuple
+from urllib.parse import urlparse
+
+import msgspec
+from msgspec import UNSET
+
+from bridge.core.content import (
+    AudioContent,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceContents,
+    ResourceLink,
+    TextContent,
+)
+from bridge.core.events import ArtifactUpdated, Event, MessageChunk, Question, QuestionAnswered, QuestionOption, StopReason
+from bridge.schema import a2a as s
+
+__all__ = [
+    "AskedQuestion",
+    "META_KEY",
+    "TaskTracker",
+    "answer_from_text",
+    "answer_parts",
+    "auth_url",
+    "block_from_part",
+    "blocks_from_parts",
+    "message_text",
+    "parts_from_blocks",
+    "question_for",
+    "question_text",
+    "stop_reason",
+    "user_message",
+]
+
+META_KEY = "agentBridge"
+_json = msgspec.json.Encoder()
+_STOPS = {
+    s.TaskState.COMPLETED: StopReason.END_TURN,
+    s.TaskState.CANCELED: StopReason.CANCELLED,
+    s.TaskState.REJECTED: StopReason.REFUSAL,
+}
+# States whose status message is not chat: it is a question or an error, shown otherwise.
+_QUIET = frozenset({s.TaskState.INPUT_REQUIRED, s.TaskState.AUTH_REQUIRED, s.TaskState.FAILED})
+
+
+def stop_reason(state: str) -> StopReason | None:
+    return _STOPS.get(state)
+
+
+# -- content (§6.2) ------------------------------------------------------------------------
+
+
+def block_from_part(p: s.Part) -> ContentBlock:
+    md = p.metadata or {}
+    uri = md.get("uri") if isinstance(md.get("uri"), str) else None
+    if p.text is not None:
+        if uri:
+            return EmbeddedResource(resource=ResourceContents(uri=uri, text=p.text, mime_type=p.media_type))
+        return TextContent(text=p.text)
+    if p.raw is not None:
+        mt = p.media_type or "application/octet-stream"
+        if mt.startswith("image/"):
+            return ImageContent(data=p.raw, mime_type=mt)
+        if mt.startswith("audio/"):
+            return AudioContent(data=p.raw, mime_type=mt)
+        return EmbeddedResource(
+            resource=ResourceContents(uri=uri or f"attachment:{p.filename or 'file'}", blob=p.raw, mime_type=p.media_type)
+        )
+    if p.url is not None:
+        size = md.get("size")
+        return ResourceLink(
+            uri=p.url,
+            name=p.filename or posixpath.basename(urlparse(p.url).path) or p.url,
+            mime_type=p.media_type,
+            title=md.get("title") if isinstance(md.get("title"), str) else None,
+            description=md.get("description") if isinstance(md.get("description"), str) else None,
+            size=size if isinstance(size, int) else None,
+        )
+    if p.data is not UNSET:
+        # Structured data has no ACP block: JSON text, marked so a front can tell (§6.2).
+        return TextContent(text=_json.encode(p.data).decode(), meta={META_KEY: {"mediaType": "application/json"}})
+    return TextContent(text="")
+
+
+def blocks_from_parts(parts: list[s.Part]) -> list[ContentBlock]:
+    return [block_from_part(p) for p in parts]
+
+
+def parts_from_blocks(blocks: list[ContentBlock]) -> list[s.Part]:
+    out: list[s.Part] = []
+    for b in blocks:
+        if isinstance(b, TextContent):
+            out.append(s.Part(text=b.text))
+        elif isinstance(b, (ImageContent, AudioContent)):
+            out.append(s.Part(raw=b.data, media_type=b.mime_type))
+        elif isinstance(b, ResourceLink):
+            md = {k: val for k, val in (("title", b.title), ("description", b.description), ("size", b.size)) if val is not None}
+            out.append(s.Part(url=b.uri, filename=b.name, media_type=b.mime_type, metadata=md or None))
+        elif isinstance(b, EmbeddedResource):
+            r = b.resource
+            if r.blob is not None:
+                name = posixpath.basename(urlparse(r.uri).path) or None
+                out.append(s.Part(raw=r.blob, filename=name, media_type=r.mime_type, metadata={"uri": r.uri}))
+            else:
+                out.append(s.Part(text=r.text or "", media_type=r.mime_type, metadata={"uri": r.uri}))
+    return out
+
+
+def user_message(
+    blocks: list[ContentBlock],
+    *,
+    message_id: str,
+    context_id: str | None = None,
+    task_id: str | None = None,
+    in_reply_to: str | None = None,
+    extra_parts: list[s.Part] | None = None,
+) -> s.Message:
+    """A user message; the first of a session carries no contextId (§6.1)."""
+    parts = parts_from_blocks(blocks) + (extra_parts or [])
+    meta = {META_KEY: {"inReplyTo": in_reply_to}} if in_reply_to else None
+    return s.Message(
+        message_id=message_id, role=s.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id, metadata=meta
+    )
+
+
+def message_text(msg: s.Message | None) -> str:
+    if msg is None:
+        return ""
+    return "".join(p.text for p in msg.parts if p.text is not None).strip()
+
+
+# -- the task tracker ------------------------------------------------------------------------
+
+
+def _fingerprint(p: s.Part) -> str | None:
+    return p.text if p.text is not None else None
+
+
+class TaskTracker:
+    """One task as the session has seen it; feed it everything, emit what it returns."""
+
+    def __init__(self) -> None:
+        self.task_id: str | None = None
+        self.context_id: str | None = None
+        self.state: str | None = None
+        self.status: s.TaskStatus | None = None
+        self.reply: s.Message | None = None  # a bare Message answered instead of a task
+        self._artifacts: dict[str, list[str | None]] = {}  # artifact id → fingerprint per emitted part
+        self._messages: set[str] = set()
+
+    def seen(self, message_id: str) -> None:
+        if message_id:
+            self._messages.add(message_id)
+
+    def finished(self, *, stale: str | None = None) -> bool:
+        """Terminal, interrupted (unless by the question `stale` we just answered), or replied."""
+        if self.reply is not None:
+            return True
+        if self.state in s.TERMINAL_STATES:
+            return True
+        if self.state in s.INTERRUPTED_STATES:
+            msg = self.status.message if self.status else None
+            return stale is None or msg is None or msg.message_id != stale
+        return False
+
+    def feed(self, event: s.StreamResponse) -> list[Event]:
+        if event.artifact_update is not None:
+            u = event.artifact_update
+            self._ids(u.task_id, u.context_id)
+            return self._artifact(u.artifact, append=u.append, last=u.last_chunk)
+        if event.status_update is not None:
+            u2 = event.status_update
+            self._ids(u2.task_id, u2.context_id)
+            return self._status(u2.status)
+        if event.task is not None:
+            return self.feed_task(event.task)
+        if event.message is not None:
+            return self.feed_message(event.message)
+        return []
+
+    def feed_task(self, task: s.Task) -> list[Event]:
+        """A snapshot: only what was not emitted yet comes out."""
+        self._ids(task.id, task.context_id)
+        out: list[Event] = []
+        for m in task.history or ():
+            if m.role == s.ROLE_AGENT and m.message_id and m.message_id not in self._messages:
+                if self.status is None or self.status.message is None or m.message_id != self.status.message.message_id:
+                    out += self._message(m)
+        for a in task.artifacts or ():
+            out += self._artifact(a, append=False, last=False)
+        out += self._status(task.status, snapshot=True)
+        return out
+
+    def feed_message(self, msg: s.Message) -> list[Event]:
+        """A bare Message reply: the whole answer; the turn ends (§6.1)."""
+        if msg.context_id:
+            self.context_id = msg.context_id
+        if msg.task_id and self.task_id is None:
+            self.task_id = msg.task_id
+        self.reply = msg
+        return self._message(msg)
+
+    # -- internals -----------------------------------------------------------------------
+    def _ids(self, task_id: str, context_id: str) -> None:
+        if task_id:
+            self.task_id = task_id
+        if context_id:
+            self.context_id = context_id
+
+    def _status(self, status: s.TaskStatus, *, snapshot: bool = False) -> list[Event]:
+        self.state = status.state
+        self.status = status
+        msg = status.message
+        if msg is None:
+            return []
+        if status.state in _QUIET:
+            self.seen(msg.message_id)  # shown as a question or an error, never again as chat
+            return []
+        if snapshot and not msg.message_id:
+            return []  # cannot tell whether it was shown already
+        return self._message(msg)
+
+    def _message(self, msg: s.Message) -> list[Event]:
+        if msg.message_id:
+            if msg.message_id in self._messages:
+                return []
+            self._messages.add(msg.message_id)
+        mid = msg.message_id or None
+        return [MessageChunk(content=block_from_part(p), message_id=mid) for p in msg.parts]
+
+    def _artifact(self, art: s.Artifact, *, append: bool, last: bool) -> list[Event]:
+        aid = art.artifact_id
+        emitted = self._artifacts.get(aid)
+        known = emitted is not None
+        if emitted is None:
+            emitted = self._artifacts[aid] = []
+        out: list[ArtifactUpdated] = []
+        if append and known:
+            for p in art.parts:
+                emitted.append(_fingerprint(p))
+                out.append(ArtifactUpdated(artifact_id=aid, parts=[block_from_part(p)], name=art.name, append=True))
+        else:
+            # The whole artifact (a first chunk, a replacement or a snapshot): emit what is
+            # new. A text part that grew (agents that resend the text so far) yields its tail.
+            for i, p in enumerate(art.parts):
+                if i < len(emitted):
+                    old = emitted[i]
+                    if p.text is not None and old is not None and len(p.text) > len(old) and p.text.startswith(old):
+                        emitted[i] = p.text
+                        block: ContentBlock = TextContent(text=p.text[len(old) :])
+                        out.append(ArtifactUpdated(artifact_id=aid, parts=[block], name=art.name, append=True))
+                    continue
+                emitted.append(_fingerprint(p))
+                first = not known and not out
+                out.append(ArtifactUpdated(artifact_id=aid, parts=[block_from_part(p)], name=art.name, append=not first))
+        if last and out:
+            out[-1].last = True
+        return list(out)
+
+
+# -- questions (§6.3, §6.4) ----------------------------------------------------------------
+
+Shape = Literal["options", "questions", "text"]
+
+
+class AskedQuestion(NamedTuple):
+    """A canonical question and what is needed to answer it on its A2A task."""
+
+    question: Question
+    task_id: str
+    message_id: str  # the status message that asked it (the answer is bound to it)
+    shape: Shape
+    items: list[dict[str, Any]]  # the "questions" entries, for the "questions" shape
+
+
+_REJECT = re.compile(r"^(no|deny|denied|reject|decline|cancel|abort|stop)\b", re.I)
+_KINDS = {"allow_once", "allow_always", "reject_once", "reject_always"}
+
+
+def _data_parts(msg: s.Message | None) -> list[dict[str, Any]]:
+    return [p.data for p in (msg.parts if msg else ()) if p.data is not UNSET and isinstance(p.data, dict)]
+
+
+def question_for(status: s.TaskStatus, task_id: str, *, seq: int = 0) -> AskedQuestion:
+    msg = status.message
+    mid = msg.message_id if msg else ""
+    qid = f"a2a-{task_id}-{mid or seq}"
+    text = message_text(msg)
+    for data in _data_parts(msg):
+        opts = data.get("options")
+        if isinstance(opts, list) and opts:
+            options: list[QuestionOption] = []
+            explicit = False
+            for i, o in enumerate(opts):
+                o = o if isinstance(o, dict) else {"label": str(o)}
+                oid = str(o.get("id") or o.get("value") or o.get("label") or i)
+                label = str(o.get("label") or o.get("name") or oid)
+                kind = o.get("kind") if o.get("kind") in _KINDS else None
+                explicit = explicit or kind is not None
+                kind = kind or ("reject_once" if _REJECT.match(label) or _REJECT.match(oid) else "allow_once")
+                desc = o.get("description") if isinstance(o.get("description"), str) else None
+                options.append(QuestionOption(id=oid, label=label, kind=kind, description=desc))  # type: ignore[arg-type]
+            q = Question(
+                id=qid,
+                kind="permission" if explicit else "choice",
+                prompt=text or str(data.get("question") or "The agent asks you to choose."),
+                options=options,
+                multi_select=bool(data.get("multiSelect")),
+                allow_text=bool(data.get("allowText")),
+                header=data.get("header") if isinstance(data.get("header"), str) else None,
+            )
+            return AskedQuestion(q, task_id, mid, "options", [])
+        items = data.get("questions")
+        if isinstance(items, list) and items and all(isinstance(x, dict) for x in items):
+            return AskedQuestion(_chat_question(qid, text, items), task_id, mid, "questions", items)
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "title": "Answer", "description": text or "The agent needs more input"}},
+        "required": ["answer"],
+    }
+    q = Question(id=qid, kind="form", prompt=text or "The agent needs more input.", schema=schema)
+    return AskedQuestion(q, task_id, mid, "text", [])
+
+
+def _labels(item: dict[str, Any]) -> list[str]:
+    return [str(o.get("label", o)) if isinstance(o, dict) else str(o) for o in item.get("options") or ()]
+
+
+def _chat_question(qid: str, text: str, items: list[dict[str, Any]]) -> Question:
+    if len(items) == 1:
+        item = items[0]
+        options = [QuestionOption(id=str(i), label=lab) for i, lab in enumerate(_labels(item))]
+        return Question(
+            id=qid,
+            kind="choice",
+            prompt=str(item.get("question") or text or "The agent asks you to choose."),
+            header=item.get("header") if isinstance(item.get("header"), str) else None,
+            options=options,
+            multi_select=bool(item.get("multiSelect")),
+            allow_text=True,
+        )
+    props: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        title = str(item.get("header") or item.get("question") or f"Question {i + 1}")
+        choices = [{"const": str(j), "title": lab} for j, lab in enumerate(_labels(item))]
+        if item.get("multiSelect"):
+            props[f"q{i}"] = {"type": "array", "title": title, "description": item.get("question"), "items": {"anyOf": choices}}
+        else:
+            props[f"q{i}"] = {"type": "string", "title": title, "description": item.get("question"), "oneOf": choices}
+        props[f"q{i}_custom"] = {"type": "string", "title": f"{title}: other"}
+    return Question(id=qid, kind="form", prompt=text or "The agent has questions.", schema={"type": "object", "properties": props})
+
+
+def question_text(asked: AskedQuestion) -> str:
+    """The question as plain text, for a front that cannot ask (the next prompt answers)."""
+    q = asked.question
+    lines = [q.prompt]
+    if asked.shape == "questions" and len(asked.items) > 1:
+        for i, item in enumerate(asked.items):
+            lines.append(f"{i + 1}. {item.get('question') or item.get('header') or ''}")
+            lines += [f"   - {lab}" for lab in _labels(item)]
+    elif q.options:
+        lines += [f"{i + 1}. {o.label}" for i, o in enumerate(q.options)]
+    return "\n".join(lines) + "\n"
+
+
+def answer_parts(asked: AskedQuestion, answer: QuestionAnswered) -> list[s.Part]:
+    """The user's answer as the parts of the next message on the task."""
+    q = asked.question
+    if asked.shape == "options":
+        labels = [o.label for o in q.options if o.id in answer.selected]
+        text = ", ".join(labels + ([answer.text] if answer.text else []))
+        data: dict[str, Any] = {"selected": list(answer.selected)}
+        if answer.text:
+            data["text"] = answer.text
+        return [s.Part(text=text), s.Part(data=data)]
+    if asked.shape == "questions":
+        selections: dict[str, list[int]] = {}
+        custom: dict[str, str] = {}
+        shown: list[str] = []
+        if len(asked.items) == 1:
+            idx = [int(x) for x in answer.selected if x.isdigit()]
+            if idx:
+                selections["0"] = idx
+            if answer.text:
+                custom["0"] = answer.text
+            labels = _labels(asked.items[0])
+            shown = [labels[i] for i in idx if i < len(labels)] + ([answer.text] if answer.text else [])
+        else:
+            values = answer.values or {}
+            for i, item in enumerate(asked.items):
+                raw = values.get(f"q{i}")
+                picks = raw if isinstance(raw, list) else [raw] if raw is not None else []
+                idx = [int(x) for x in picks if str(x).isdigit()]
+                if idx:
+                    selections[str(i)] = idx
+                other = values.get(f"q{i}_custom")
+                if isinstance(other, str) and other:
+                    custom[str(i)] = other
+                labels = _labels(item)
+                shown.append("; ".join([labels[j] for j in idx if j < len(labels)] + ([other] if isinstance(other, str) and other else [])))
+        return [s.Part(text=" | ".join(x for x in shown if x)), s.Part(data={"selections": selections, "custom": custom})]
+    text = answer.text
+    if text is None and answer.values:
+        got = answer.values.get("answer")
+        text = got if isinstance(got, str) else _json.encode(answer.values).decode()
+    return [s.Part(text=text or "")]
+
+
+def answer_from_text(asked: AskedQuestion, text: str) -> QuestionAnswered:
+    """A typed reply to a question shown as text: an option's number or label selects it."""
+    q = asked.question
+    t = text.strip()
+    if q.options and asked.shape != "questions" or (asked.shape == "questions" and len(asked.items) == 1):
+        for i, o in enumerate(q.options):
+            if t == str(i + 1) or t.lower() == o.label.lower() or t == o.id:
+                return QuestionAnswered(question_id=q.id, selected=[o.id])
+    return QuestionAnswered(question_id=q.id, text=text)
+
+
+def auth_url(status: s.TaskStatus) -> str | None:
+    """Where an AUTH_REQUIRED agent sends the user: a url part, else a URL in its text."""
+    msg = status.message
+    for p in msg.parts if msg else ():
+        if p.url:
+            return p.url
+    m = re.search(r"https?://\S+", message_text(msg))
+    return m.group(0).rstrip(".,;)") if m else None
