@@ -1,0 +1,98 @@
+"""What an agent asks of the bridge: permissions, files and terminals (protocols.md §1.3).
+
+- `session/request_permission` becomes a canonical permission Question with the
+  agent's own options (id = optionId, label = name, kind = kind), unless the route's
+  policy answers: `allow_read` allows read, search and fetch tool calls; `deny`
+  picks a reject option. A timeout, or a front that cannot show the question, is
+  answered with a reject option too; only a cancelled turn answers `cancelled`
+  (DESIGN.md, complaint 9: a deny is never a cancel).
+- `fs/*` and `terminal/*` go to the editor, unchanged but for the sessionId, when an
+  ACP front offers them (`SessionHost.client_services`); else to the route's own
+  confined files and terminals (`acp_local`) if it serves them; else -32601.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from bridge.backs.acp_setup import CANCELLED, pick, selected
+from bridge.core import events as ev
+from bridge.errors import MethodNotFound
+from bridge.schema import acp
+
+if TYPE_CHECKING:
+    from bridge.backs.acp import AcpSession
+
+__all__ = ["answer_permission", "client_service"]
+
+log = logging.getLogger("bridge.backs.acp")
+
+_READ_KINDS = frozenset(("read", "search", "fetch"))
+_ASK_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
+_dict_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+async def answer_permission(session: AcpSession, p: acp.RequestPermissionParams) -> acp.RequestPermissionResult:
+    tc = p.tool_call
+    kind = tc.kind or session.tool_calls.get(tc.tool_call_id) or "other"
+    policy = session.cfg.permissions
+    where = f"route {session.back.name} session {session.session_id}"
+    if policy == "deny" or (policy == "allow_read" and kind in _READ_KINDS):
+        kinds = ("reject_once", "reject_always") if policy == "deny" else ("allow_once", "allow_always")
+        chosen = pick(p.options, kinds)
+        if chosen is not None:
+            log.info("%s: permission for %s tool call %s answered %s by policy %s", where, kind, tc.tool_call_id, chosen, policy)
+            return selected(chosen)
+        if policy == "deny":
+            log.warning("%s: policy deny, but the agent offers no reject option; answered cancelled", where)
+            return CANCELLED
+    turn = session.turn
+    if turn is None:
+        log.warning("%s: permission asked outside a turn; rejected", where)
+        chosen = pick(p.options, ("reject_once", "reject_always"))
+        return selected(chosen) if chosen is not None else CANCELLED
+    if tc.tool_call_id not in session.tool_calls:
+        # Fronts show a question about a tool call they know: announce it first.
+        session.tool_calls[tc.tool_call_id] = kind
+        turn.emit(ev.ToolCallStarted(tool_call_id=tc.tool_call_id, title=tc.title or "Tool call", kind=kind,
+                                     status="pending", raw_input=tc.raw_input))  # fmt: skip
+    session.questions += 1
+    question = ev.Question(
+        id=f"{tc.tool_call_id}#{session.questions}",
+        kind="permission",
+        prompt=tc.title or f"Allow this {kind} tool call?",
+        options=[
+            ev.QuestionOption(id=o.option_id, label=o.name, kind=o.kind if o.kind in _ASK_KINDS else None)  # type: ignore[arg-type]
+            for o in p.options
+        ],
+        tool_call_id=tc.tool_call_id,
+    )
+    answer = await turn.ask(question)
+    if answer.selected:
+        return selected(answer.selected[0])
+    if turn.cancel_requested:
+        return CANCELLED  # ACP: pending permissions are answered cancelled after session/cancel
+    chosen = pick(p.options, ("reject_once", "reject_always"))
+    return selected(chosen) if chosen is not None else CANCELLED
+
+async def client_service(session: AcpSession, method: str, params: msgspec.Raw | None) -> Any:
+    services = session.ctx.host.client_services if session.ctx.host is not None else None
+    if services is not None:
+        offered = {
+            "fs/read_text_file": services.fs_read,
+            "fs/write_text_file": services.fs_write,
+        }.get(method, services.terminal if method.startswith("terminal/") else False)
+        if offered:
+            body = _dict_decoder.decode(params or b"{}")
+            body["sessionId"] = session.session_id  # the editor knows the bridge's session id
+            return await services.call(method, body)
+    if method == "fs/read_text_file" and session.files is not None:
+        return await session.files.read(params)
+    if method == "fs/write_text_file" and session.files is not None:
+        return await session.files.write(params)
+    if method.startswith("terminal/") and session.terminals is not None:
+        return await session.terminals.call(method, params, nursery=session.nursery)
+    raise MethodNotFound(f"route {session.back.name} does not offer {method}: no editor offers it and the route does not serve it")
