@@ -1,0 +1,375 @@
+"""Pieces of the chat ↔ canonical translation that both directions share, sans-I/O.
+
+- Content: `chat:send` message items ↔ canonical content blocks (protocols.md §6.2).
+- Tools: tool names ↔ canonical kinds, tool statuses both ways (§6.3).
+- AskUserQuestion: a canonical `Question` as the tool call's `{"questions": [...]}`
+  arguments, a chat `askuser_answer` as a canonical answer and back (§4.5, §6.4).
+- Headless output: the final text parsed as JSON and checked against `output_schema`
+  with `jsonschema` (§4.7), imported only when a schema is used.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import mimetypes
+import re
+from typing import Any
+
+import msgspec
+
+from bridge.core.content import (
+    AudioContent,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceContents,
+    ResourceLink,
+    TextContent,
+)
+from bridge.core.events import Question, QuestionAnswered, QuestionOption
+from bridge.errors import InvalidParams
+from bridge.schema.chat import AskUserAnswer, Block, FileItem, ImageUrlItem, MessageItem, RunOptions, TextItem
+
+__all__ = [
+    "ASK_TOOL",
+    "KIND_BY_TOOL",
+    "TOOL_BY_KIND",
+    "answer_from_chat",
+    "answer_to_chat",
+    "ask_arguments",
+    "ask_questions",
+    "blocks_of_prompt",
+    "check_output_schema",
+    "headless_result",
+    "message_to_content",
+    "question_from_ask",
+]
+
+ASK_TOOL = "AskUserQuestion"
+
+# §6.3's suggested map; "Agent" (a fork) reads back as `think` so a sub-agent round-trips.
+KIND_BY_TOOL = {
+    "Bash": "execute",
+    "Read": "read",
+    "Edit": "edit",
+    "Write": "edit",
+    "MultiEdit": "edit",
+    "Glob": "search",
+    "Grep": "search",
+    "WebSearch": "search",
+    "WebFetch": "fetch",
+    "Agent": "think",
+}
+TOOL_BY_KIND = {
+    "execute": "Bash",
+    "read": "Read",
+    "edit": "Edit",
+    "search": "Grep",
+    "fetch": "WebFetch",
+    "think": "Agent",
+}
+
+_json = msgspec.json.Encoder()
+_DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?(;[^,]*)?,(.*)$", re.S)
+
+
+# -- content --------------------------------------------------------------------------
+
+
+def _b64(data: str, where: str) -> str:
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidParams(f"{where}: not valid base64: {exc}") from exc
+    return data
+
+
+def message_to_content(message: str | list[MessageItem]) -> list[ContentBlock]:
+    """A `chat:send` message as canonical content blocks (§4.2, §6.2)."""
+    if isinstance(message, str):
+        return [TextContent(text=message)] if message else []
+    out: list[ContentBlock] = []
+    for i, item in enumerate(message):
+        where = f"$.message[{i}]"
+        if isinstance(item, TextItem):
+            out.append(TextContent(text=item.text))
+        elif isinstance(item, ImageUrlItem):
+            url = item.image_url.url
+            m = _DATA_URL.match(url)
+            if m is not None:
+                if not (m.group(2) or "").endswith(";base64"):
+                    raise InvalidParams(f"{where}.image_url.url: a data URL must be base64 (data:<mime>;base64,...)")
+                out.append(
+                    ImageContent(data=_b64(m.group(3), f"{where}.image_url.url"), mime_type=m.group(1) or "image/png")
+                )
+            elif url.startswith(("http://", "https://")):
+                out.append(ResourceLink(uri=url, name=url.rstrip("/").rsplit("/", 1)[-1] or "image"))
+            else:
+                raise InvalidParams(f"{where}.image_url.url: expected a data: URL or an http(s) URL")
+        elif isinstance(item, FileItem):
+            mime = item.mime_type or mimetypes.guess_type(item.name)[0] or "application/octet-stream"
+            blob = _b64(item.data, f"{where}.data")
+            out.append(
+                EmbeddedResource(resource=ResourceContents(uri=f"attachment:{item.name}", blob=blob, mime_type=mime))
+            )
+    return out
+
+
+def _name_of(uri: str) -> str:
+    if uri.startswith("attachment:"):
+        return uri[len("attachment:") :]
+    return uri.rstrip("/").rsplit("/", 1)[-1] or uri
+
+
+def blocks_of_prompt(prompt: list[ContentBlock]) -> list[Block]:
+    """The user turn's blocks: text as text, images as data URLs, files by name (§4.4)."""
+    out: list[Block] = []
+    for b in prompt:
+        if isinstance(b, TextContent):
+            out.append(Block(type="text", content=b.text))
+        elif isinstance(b, ImageContent):
+            out.append(Block(type="image_url", content=f"data:{b.mime_type};base64,{b.data}"))
+        elif isinstance(b, AudioContent):
+            out.append(Block(type="file", content={"name": "audio", "mime_type": b.mime_type, "data": b.data}))
+        elif isinstance(b, ResourceLink):
+            out.append(Block(type="resource_link", content={"uri": b.uri, "name": b.name}))
+        elif isinstance(b, EmbeddedResource):
+            r = b.resource
+            body = {"name": _name_of(r.uri), "mime_type": r.mime_type}
+            body.update({"text": r.text} if r.text is not None else {"data": r.blob})
+            out.append(Block(type="file", content=body))
+    return out
+
+
+# -- AskUserQuestion ------------------------------------------------------------------
+
+
+def _choices(spec: dict[str, Any]) -> list[tuple[Any, str, str | None]]:
+    """(value, label, description) of a form property's fixed choices, if any."""
+    s = spec.get("items", {}) if spec.get("type") == "array" else spec
+    if not isinstance(s, dict):
+        return []
+    if isinstance(s.get("enum"), list):
+        return [(v, str(v), None) for v in s["enum"]]
+    for key in ("oneOf", "anyOf"):
+        if isinstance(s.get(key), list):
+            return [
+                (c["const"], str(c.get("title", c["const"])), c.get("description"))
+                for c in s[key]
+                if isinstance(c, dict) and "const" in c
+            ]
+    return []
+
+
+def _form_fields(q: Question) -> list[tuple[str, dict[str, Any]]]:
+    props = (q.schema or {}).get("properties", {})
+    return [(k, v if isinstance(v, dict) else {}) for k, v in props.items()] if isinstance(props, dict) else []
+
+
+def ask_questions(q: Question) -> list[dict[str, Any]]:
+    """The AskUserQuestion `questions`: one per choice/permission question, one per form field."""
+    if q.kind == "form":
+        out = []
+        for name, spec in _form_fields(q):
+            options = [{"label": label, **({"description": d} if d else {})} for _, label, d in _choices(spec)]
+            out.append(
+                {
+                    "question": spec.get("description") or spec.get("title") or name,
+                    "header": spec.get("title") or name,
+                    "options": options,
+                    "multiSelect": spec.get("type") == "array",
+                }
+            )
+        return out or [{"question": q.prompt, "header": q.header or "Question", "options": [], "multiSelect": False}]
+    options = [{"label": o.label, **({"description": o.description} if o.description else {})} for o in q.options]
+    header = q.header or ("Permission" if q.kind == "permission" else "Question")
+    return [{"question": q.prompt, "header": header, "options": options, "multiSelect": q.multi_select}]
+
+
+def ask_arguments(q: Question) -> str:
+    return _json.encode({"questions": ask_questions(q)}).decode()
+
+
+def _coerce(text: str, spec: dict[str, Any]) -> Any:
+    if spec.get("type") in ("integer", "number", "boolean", "object", "array"):
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return text  # left for the form's own validation to reject
+    return text
+
+
+def answer_from_chat(q: Question, answer: AskUserAnswer) -> dict[str, Any]:
+    """`askuser_answer` → the keyword arguments of `Session.answer`; InvalidParams if it does not fit."""
+    questions = ask_questions(q)
+    valid = {str(i) for i in range(len(questions))}
+    for key in (*answer.selections, *answer.custom):
+        if key not in valid:
+            raise InvalidParams(f'no question {key!r}: this AskUserQuestion has {len(questions)} (keys "0"..)')
+    picked: list[tuple[list[int], str | None]] = []
+    for i, spec in enumerate(questions):
+        sel = answer.selections.get(str(i)) or []
+        text = answer.custom.get(str(i)) or None
+        if not sel and text is None:
+            raise InvalidParams(f"question {i}: choose an option (selections) or write an answer (custom)")
+        n = len(spec["options"])
+        for idx in sel:
+            if not 0 <= idx < n:
+                raise InvalidParams(f"question {i}: there is no option {idx} (options are 0..{n - 1})")
+        if len(sel) > 1 and not spec["multiSelect"]:
+            raise InvalidParams(f"question {i} takes one option, got {len(sel)}")
+        picked.append((sel, text))
+    fields = _form_fields(q)
+    if q.kind == "form" and not fields:  # a form without fields: its one answer is text
+        return {"values": {}, "text": picked[0][1]}
+    if q.kind == "form":
+        values: dict[str, Any] = {}
+        for (name, spec), (sel, text) in zip(fields, picked, strict=True):
+            choices = [c[0] for c in _choices(spec)]
+            if sel:
+                chosen = [choices[i] for i in sel]
+                values[name] = chosen if spec.get("type") == "array" else chosen[0]
+            else:
+                values[name] = _coerce(text or "", spec)
+        return {"values": values}
+    sel, text = picked[0]
+    return {"selected": [q.options[i].id for i in sel], "text": text}
+
+
+def answer_to_chat(q: Question, answered: QuestionAnswered) -> dict[str, Any]:
+    """A canonical answer as `{selections, custom}` (the tool result, or a chat back's answer)."""
+    selections: dict[str, list[int]] = {}
+    custom: dict[str, str] = {}
+    if q.kind == "form" and answered.values is not None:
+        for i, (name, spec) in enumerate(_form_fields(q)):
+            if name not in answered.values:
+                continue
+            value = answered.values[name]
+            choices = [c[0] for c in _choices(spec)]
+            wanted = value if isinstance(value, list) and spec.get("type") == "array" else [value]
+            if choices and all(v in choices for v in wanted):
+                selections[str(i)] = [choices.index(v) for v in wanted]
+            else:
+                custom[str(i)] = value if isinstance(value, str) else _json.encode(value).decode()
+    else:
+        ids = [o.id for o in q.options]
+        idx = [ids.index(s) for s in answered.selected if s in ids]
+        if idx:
+            selections["0"] = idx
+        if answered.text:
+            custom["0"] = answered.text
+    return {"selections": selections, "custom": custom}
+
+
+def question_from_ask(tool_call_id: str, arguments: str) -> Question:
+    """An AskUserQuestion tool call read back as one canonical question (a chat back).
+
+    One question becomes a `choice` whose option ids are the indexes ("0", "1", ...),
+    free text allowed (`custom`); several become a `form` with one field per question.
+    """
+    try:
+        parsed = msgspec.json.decode(arguments or "{}")
+    except msgspec.DecodeError:
+        parsed = {}
+    questions = [
+        x for x in (parsed.get("questions") if isinstance(parsed, dict) else None) or [] if isinstance(x, dict)
+    ]
+    if len(questions) == 1:
+        x = questions[0]
+        options = [
+            QuestionOption(id=str(i), label=str(o.get("label", i)), description=o.get("description"))
+            for i, o in enumerate(x.get("options") or [])
+            if isinstance(o, dict)
+        ]
+        return Question(
+            id=tool_call_id,
+            kind="choice",
+            prompt=str(x.get("question", "")),
+            header=x.get("header"),
+            options=options,
+            multi_select=bool(x.get("multiSelect")),
+            allow_text=True,
+        )
+    props: dict[str, Any] = {}
+    for i, x in enumerate(questions):
+        consts = [
+            {"const": str(o.get("label")), "title": str(o.get("label"))}
+            for o in x.get("options") or []
+            if isinstance(o, dict)
+        ]
+        field: dict[str, Any] = {
+            "title": x.get("header") or x.get("question", ""),
+            "description": x.get("question", ""),
+        }
+        if x.get("multiSelect"):
+            field.update(type="array", items={"anyOf": consts})
+        else:
+            field.update(type="string", **({"oneOf": consts} if consts else {}))
+        props[str(i)] = field
+    prompt = "\n".join(str(x.get("question", "")) for x in questions)
+    return Question(id=tool_call_id, kind="form", prompt=prompt, schema={"type": "object", "properties": props})
+
+
+# -- headless output (§4.7) -------------------------------------------------------------
+
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)
+
+
+def _parse_output(text: str) -> Any:
+    """The JSON in an agent's final text: all of it, a fenced block, or its outermost {...}/[...]."""
+    candidates = [text.strip()]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for open_, close in (("{", "}"), ("[", "]")):
+        start, end = text.find(open_), text.rfind(close)
+        if 0 <= start < end:
+            candidates.append(text[start : end + 1])
+    for c in candidates:
+        if c:
+            try:
+                return msgspec.json.decode(c)
+            except msgspec.DecodeError:
+                continue
+    raise ValueError("no JSON value found in the output")
+
+
+def _path(parts: Any) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def check_output_schema(schema: dict[str, Any]) -> None:
+    """InvalidParams unless `schema` is a valid JSON Schema (of its declared draft)."""
+    from jsonschema import exceptions, validators
+
+    try:
+        validators.validator_for(schema).check_schema(schema)
+    except exceptions.SchemaError as exc:
+        raise InvalidParams(
+            f"$.output_schema{_path(exc.absolute_path)[1:]}: not a valid JSON Schema: {exc.message}"
+        ) from exc
+
+
+def headless_result(output: str, options: RunOptions) -> tuple[bool, dict[str, Any]]:
+    """`chat:end.result` of a headless run: (matched, result). Without a schema it always matches."""
+    schema = options.output_schema
+    if schema is None:
+        return True, {"output": output}
+    try:
+        value = _parse_output(output)
+    except ValueError as exc:
+        return False, {"output": output, "schema": schema, "error": f"the output is not JSON: {exc}"}
+    from jsonschema import validators
+
+    cls = validators.validator_for(schema)
+    errors = sorted(
+        cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
+    )
+    if errors:
+        found = [f"{_path(e.absolute_path)}: {e.message}" for e in errors[:20]]
+        return False, {
+            "output": value,
+            "schema": schema,
+            "error": "the output does not match output_schema: " + "; ".join(found[:5]),
+            "errors": found,
+        }
+    return True, {"output": value, "schema": schema}

@@ -1,0 +1,232 @@
+"""Tool calls and questions in the chat stream (protocols.md §4.3–§4.5, §6.3–§6.4), sans-I/O.
+
+Part of `ChatProjector` (codecs/chat.py). A tool call is `add_tool_call` (again, with
+the same id, when its title or input change), `set_tool_status` while it runs and
+`tool_result` when it ends; a fork's child turn ends just before its parent's result.
+A question is an `AskUserQuestion` tool call `awaiting_answer` with its turn `paused`;
+its answer is that call's `tool_result` (`{selections, custom}`, `cancelled` if it
+was withdrawn) and the turn streams again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from bridge.codecs.chat_parts import (
+    ASK_TOOL,
+    TOOL_BY_KIND,
+    answer_to_chat,
+    ask_arguments,
+)
+from bridge.codecs.chat_turns import Turn, TurnBook
+from bridge.core import events as ev
+from bridge.core.content import text_of
+from bridge.schema.chat import (
+    AddToolCall,
+    Block,
+    SetStatus,
+    SetToolStatus,
+    ToolCallProjection,
+    ToolResult,
+)
+
+__all__ = ["OPEN_TOOL", "TOOL_STATUS", "ToolCalls"]
+
+_enc = msgspec.json.Encoder()
+
+# Canonical tool status → chat (§4.4). The chat enum has no "in progress"; "running"
+# is ours (a chat reader maps Blade's `set_tool_status pending` to in_progress, §6.3).
+TOOL_STATUS = {"pending": "pending", "in_progress": "running", "completed": "done", "failed": "error"}
+OPEN_TOOL = {"pending", "running", "awaiting_answer"}
+
+
+class ToolCalls(TurnBook):
+    __slots__ = ()
+
+    def question_for(self, tool_call_id: str) -> ev.Question | None:
+        """The open question behind an AskUserQuestion tool call of the current run."""
+        entry = self._asks.get(tool_call_id)
+        return entry[0] if entry else None
+
+    # -- tools ----------------------------------------------------------------------------
+    def _add_tool(self, turn: Turn, tool: ToolCallProjection) -> None:
+        self._tools[tool.id] = (turn, tool, self._now())
+        turn.proj.tool_calls.append(tool)
+        turn.proj.blocks.append(
+            Block(type="tool_use", tool_call_id=tool.id, tool_name=tool.tool_name, display_name=tool.display_name)
+        )
+        turn.block_key = None
+        self._patch(
+            turn,
+            "add_tool_call",
+            AddToolCall(
+                id=tool.id,
+                tool_name=tool.tool_name,
+                display_name=tool.display_name,
+                arguments=tool.arguments,
+                status=tool.status,
+            ),
+        )
+
+    def _tool_started(self, e: ev.ToolCallStarted) -> None:
+        if e.tool_call_id in self._tools:
+            self._tool_updated(
+                ev.ToolCallUpdated(
+                    tool_call_id=e.tool_call_id,
+                    title=e.title,
+                    status=e.status,
+                    raw_input=e.raw_input,
+                    content=e.content,
+                )
+            )
+            return
+        turn = self._turn(e.parent_tool_call_id)
+        if turn is None:
+            return
+        arguments = _enc.encode(e.raw_input).decode() if e.raw_input is not None else "{}"
+        name = e.name or TOOL_BY_KIND.get(e.kind, "Tool")
+        done = e.status in ("completed", "failed")
+        status = "pending" if done else TOOL_STATUS[e.status]  # added open, then its result
+        self._add_tool(
+            turn,
+            ToolCallProjection(
+                id=e.tool_call_id, tool_name=name, display_name=e.title, arguments=arguments, status=status
+            ),
+        )
+        if done:
+            self._finish_tool(e.tool_call_id, e.status, e.content, None)
+
+    def _tool_updated(self, e: ev.ToolCallUpdated) -> None:
+        entry = self._tools.get(e.tool_call_id)
+        if entry is None:  # an update of a call we never saw start: start it, then apply the update
+            status = e.status if e.status in ("pending", "in_progress") else "pending"
+            self._tool_started(
+                ev.ToolCallStarted(
+                    tool_call_id=e.tool_call_id,
+                    title=e.title or e.tool_call_id,
+                    kind=e.kind or "other",
+                    status=status,
+                    raw_input=e.raw_input,
+                    parent_tool_call_id=e.parent_tool_call_id,
+                )
+            )
+            entry = self._tools.get(e.tool_call_id)
+            if entry is None:
+                return
+        turn, tool, _t0 = entry
+        if not turn.open:
+            return
+        changed = False
+        if e.title is not None and e.title != tool.display_name:
+            tool.display_name, changed = e.title, True
+        if e.raw_input is not None:
+            arguments = _enc.encode(e.raw_input).decode()
+            if arguments != tool.arguments:
+                tool.arguments, changed = arguments, True
+        if changed:  # an add_tool_call with a known id updates it in place
+            self._patch(
+                turn,
+                "add_tool_call",
+                AddToolCall(
+                    id=tool.id,
+                    tool_name=tool.tool_name,
+                    display_name=tool.display_name,
+                    arguments=tool.arguments,
+                    status=tool.status,
+                ),
+            )
+        if e.status in ("completed", "failed"):
+            if tool.status not in ("done", "error"):
+                self._finish_tool(tool.id, e.status, e.content, e.raw_output)
+        elif e.status is not None and TOOL_STATUS[e.status] != tool.status:
+            tool.status = TOOL_STATUS[e.status]
+            self._patch(turn, "set_tool_status", SetToolStatus(tool_call_id=tool.id, status=tool.status))
+
+    def _finish_tool(
+        self, tool_id: str, status: str, content: list[ev.ToolCallContent] | None, raw_output: Any
+    ) -> None:
+        turn, tool, t0 = self._tools[tool_id]
+        run = self._run
+        if run is not None:
+            child = run.children.get(tool_id)
+            if child is not None and child.open:  # a fork's result: its child turn is done
+                self._close_turn(child, "completed" if status == "completed" else "failed", self._now())
+        tool.status = TOOL_STATUS[status]
+        tool.result = _result(content, raw_output)
+        now = self._now()
+        if t0 is not None and now is not None:
+            tool.duration_ms = max(0, round((now - t0) * 1000))
+        turn.proj.blocks.append(
+            Block(type="tool_result", content=tool.result, tool_call_id=tool.id, tool_name=tool.tool_name)
+        )
+        turn.block_key = None
+        self._patch(
+            turn,
+            "tool_result",
+            ToolResult(tool_call_id=tool.id, result=tool.result, status=tool.status, duration_ms=tool.duration_ms),
+        )
+
+    # -- questions ----------------------------------------------------------------------
+    def _asked(self, e: ev.QuestionAsked) -> None:
+        turn = self._turn(e.parent_tool_call_id)
+        if turn is None:
+            return
+        q = e.question
+        ask_id = q.id if q.id not in self._tools else f"{q.id}:ask"
+        self._add_tool(
+            turn,
+            ToolCallProjection(
+                id=ask_id,
+                tool_name=ASK_TOOL,
+                display_name=q.header or ("Permission" if q.kind == "permission" else "Question"),
+                arguments=ask_arguments(q),
+                status="awaiting_answer",
+            ),
+        )
+        self._asks[ask_id] = (q, turn)
+        self._ask_ids[q.id] = ask_id
+        turn.asks += 1
+        if turn.proj.status != "paused":
+            turn.proj.status = "paused"
+            self._patch(turn, "set_status", SetStatus(status="paused"))
+
+    def _answered(self, e: ev.QuestionAnswered) -> None:
+        ask_id = self._ask_ids.pop(e.question_id, None)
+        if ask_id is None:
+            return
+        q, turn = self._asks.pop(ask_id)
+        _turn, tool, _t0 = self._tools[ask_id]
+        if e.cancelled:
+            tool.status, tool.result = "cancelled", None
+        else:
+            tool.status, tool.result = "done", answer_to_chat(q, e)
+            if e.by != "user":
+                tool.result["by"] = e.by
+        turn.asks -= 1
+        if not turn.open:
+            return
+        turn.proj.blocks.append(Block(type="ask_user_answer", content=tool.result, tool_call_id=ask_id))
+        turn.block_key = None
+        self._patch(turn, "tool_result", ToolResult(tool_call_id=ask_id, result=tool.result, status=tool.status))
+        if turn.asks == 0 and turn.proj.status == "paused":
+            turn.proj.status = "streaming"
+            self._patch(turn, "set_status", SetStatus(status="streaming"))
+
+
+def _result(content: list[ev.ToolCallContent] | None, raw_output: Any) -> Any:
+    """A tool result: its text if it has only text, else its items (diffs kept), else raw output."""
+    if not content:
+        return raw_output
+    items: list[Any] = []
+    for c in content:
+        if c.type == "diff":
+            items.append({"type": "diff", "path": c.path, "old_text": c.old_text, "new_text": c.new_text})
+        elif c.type == "terminal":
+            items.append({"type": "terminal", "terminal_id": c.terminal_id})
+        elif c.content is not None:
+            items.append({"type": "text", "text": text_of([c.content])})
+    if all(i["type"] == "text" for i in items):
+        return "".join(i["text"] for i in items)
+    return items

@@ -1,0 +1,293 @@
+"""Chat streams: one projector per watched session, its frames fanned out to every socket.
+
+`ChatStreams.watch(session, watcher, after)` attaches a socket to a session. The
+first watcher of a session creates its `_Stream`: a session subscriber that runs a
+`ChatProjector` (caught up from the stored log) and encodes each frame once for all
+watchers. A watcher that asks for `after_sequence` is replayed by re-deriving the
+frames from the log (they are a pure function of it, `codecs.chat`) while the live
+frames it would have got are held; the held frames past the replay are then
+released, so it sees every frame once, in order, with no gap. A stream lives while
+someone watches; with no watcher a session costs nothing here.
+
+Subscribers never pause the session (`congested()` is False): each watcher bounds
+its own queue and drops itself when a client is too slow (the WebSocket policy).
+
+`transcript(session_id)` derives the whole transcript's turn projections for REST.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from bridge.codecs.chat import ChatProjector
+from bridge.config import WsFrontConfig
+from bridge.core.events import Event
+from bridge.errors import NotFound
+from bridge.schema.chat import RunOptions, TurnProjection
+from bridge.session import Session, SessionManager
+
+__all__ = ["ChatStreams", "RUNS_KEY", "TextFrame", "Watcher"]
+
+log = logging.getLogger("bridge.fronts.chat")
+
+TextFrame = tuple[int, str]  # (sequence, the JSON frame)
+
+# `SessionRecord.meta[RUNS_KEY][turn_id]`: the RunOptions a headless `chat:send` asked for.
+RUNS_KEY = "chat_runs"
+_REPLAY_BATCH = 256
+
+
+class Watcher(Protocol):
+    def push(self, frames: list[TextFrame]) -> None:
+        """Live frames, in order; must not block (a watcher over its bound drops itself)."""
+
+    async def replay(self, frames: list[TextFrame]) -> None:
+        """Frames of a replay; waits for room in the watcher's queue."""
+
+    def session_gone(self, session_id: str, reason: str) -> None:
+        """It no longer watches the session (deleted, or closed and reopened)."""
+
+    def overflowed(self) -> None:
+        """Too many frames held for it during a replay: the client is too slow."""
+
+
+def _run_options(meta: dict[str, Any]) -> Any:
+    def lookup(turn_id: str) -> RunOptions | None:
+        runs = meta.get(RUNS_KEY)  # read when the run ends: a `chat:send` adds to it
+        raw = runs.get(turn_id) if isinstance(runs, dict) else None
+        return msgspec.convert(raw, RunOptions) if isinstance(raw, dict) else None
+
+    return lookup
+
+
+class _Stream:
+    """A session subscriber that turns its events into chat frames for its watchers."""
+
+    __slots__ = (
+        "session",
+        "dead",
+        "projector",
+        "watchers",
+        "holding",
+        "joining",
+        "failed",
+        "hold_max",
+        "_pending",
+        "ready",
+        "unsubscribe",
+    )
+
+    def __init__(self, streams: ChatStreams, session: Session) -> None:
+        self.session = session
+        self.dead = False
+        self.projector = streams.projector(session.id, session.record.meta, live=True, skip_through=math.inf)
+        self.watchers: dict[Watcher, None] = {}
+        self.holding: dict[Watcher, list[TextFrame]] = {}
+        self.joining = 0  # watchers on their way in (waiting for `ready`, replaying)
+        self.failed = False
+        self.hold_max = streams.cfg.queue_max_frames
+        self._pending: list[Event] | None = []  # events that arrive while catching up
+        self.ready = trio.Event()
+        self.unsubscribe = session.subscribe(self)
+
+    async def start(self, turn_times: dict[str, tuple[float, float | None]]) -> None:
+        self.projector.turn_times = turn_times
+        history = await self.session.history(0)
+        for event in history:
+            self.projector.feed(event)  # counted, not encoded
+        self.projector.skip_through = 0
+        last = history[-1].seq if history else 0
+        pending, self._pending = self._pending or [], None
+        for event in pending:
+            if event.seq > last:
+                self.deliver(event)
+        self.ready.set()
+
+    # -- Subscriber ---------------------------------------------------------------------
+    def deliver(self, event: Event) -> None:
+        if self.dead:
+            return
+        if self._pending is not None:
+            self._pending.append(event)
+            return
+        try:
+            frames = self.projector.feed(event)
+        except Exception:  # our bug: it must not break the session's run, only this stream
+            log.exception("session %s: the chat projection failed at event %d", self.session.id, event.seq)
+            self.broken()
+            return
+        if not frames:
+            return
+        texts = [(seq, data.decode()) for seq, data in frames]
+        for watcher in list(self.watchers):
+            watcher.push(texts)
+        for watcher, held in list(self.holding.items()):
+            held.extend(texts)
+            if len(held) > self.hold_max:
+                del self.holding[watcher]
+                watcher.overflowed()
+
+    def congested(self) -> bool:
+        return False  # never pause the session for a chat client (see Watcher.push)
+
+    async def wait_uncongested(self) -> None:
+        pass
+
+    def broken(self) -> None:
+        for watcher in [*self.watchers, *self.holding]:
+            watcher.session_gone(self.session.id, "internal error in the chat stream: subscribe again")
+        self.watchers.clear()
+        self.holding.clear()
+        self.dead = True
+        trio.lowlevel.current_trio_token().run_sync_soon(self.unsubscribe)  # after this delivery
+
+    @property
+    def idle(self) -> bool:
+        return not self.watchers and not self.holding and not self.joining
+
+
+class ChatStreams:
+    def __init__(self, cfg: WsFrontConfig, manager: SessionManager) -> None:
+        self.cfg = cfg
+        self.manager = manager
+        self._streams: dict[str, _Stream] = {}
+
+    def projector(self, session_id: str, meta: dict[str, Any], *, live: bool, **kw: Any) -> ChatProjector:
+        return ChatProjector(
+            session_id,
+            run_options=_run_options(meta),
+            clock=time.time if live else None,
+            block_max_chars=self.cfg.block_max_chars,
+            **kw,
+        )
+
+    async def _turn_times(self, session_id: str) -> dict[str, tuple[float, float | None]]:
+        return {t.turn_id: (t.started_at, t.ended_at) for t in await self.manager.store.list_turns(session_id)}
+
+    def live_projector(self, session_id: str) -> ChatProjector | None:
+        stream = self._streams.get(session_id)
+        return stream.projector if stream is not None and stream.ready.is_set() else None
+
+    async def _stream(self, session: Session) -> _Stream:
+        """The session's stream, caught up; counted in `joining` until the caller is in."""
+        while True:
+            stream = self._streams.get(session.id)
+            if stream is not None and stream.dead:
+                self._drop(stream)
+                stream = None
+            if stream is not None and stream.session is session:
+                stream.joining += 1
+                try:
+                    await stream.ready.wait()
+                except BaseException:
+                    stream.joining -= 1
+                    raise
+                if not stream.failed:
+                    return stream
+                stream.joining -= 1
+                continue  # its creator went away while catching up: start another
+            if stream is not None:  # a stream of a session object that has since closed
+                self._drop(stream, reason=f"session {session.id} was closed and reopened: subscribe again")
+            stream = self._streams[session.id] = _Stream(self, session)
+            stream.joining += 1
+            try:
+                await stream.start(await self._turn_times(session.id))
+            except BaseException:
+                stream.joining -= 1
+                stream.failed = True
+                stream.ready.set()
+                self._drop(stream)
+                raise
+            return stream
+
+    async def watch(self, session: Session, watcher: Watcher, after: int | None) -> int:
+        """Attach `watcher`; replay the frames after `after` first (None: live only).
+
+        Returns the sequence number from which the watcher is live.
+        """
+        stream = await self._stream(session)
+        try:
+            if after is None or after >= stream.projector.sequence:
+                stream.watchers[watcher] = None
+                return stream.projector.sequence
+            stream.holding[watcher] = []
+            last = await self._replay(session, watcher, after)
+            held = stream.holding.pop(watcher, None)
+            if held is None:  # it was dropped meanwhile (too slow, gone, or the session deleted)
+                return last
+            later = [f for f in held if f[0] > last]
+            if later:
+                watcher.push(later)
+            stream.watchers[watcher] = None
+            return stream.projector.sequence
+        finally:
+            stream.joining -= 1
+            stream.holding.pop(watcher, None)
+            if stream.idle:
+                self._drop(stream)
+
+    async def _replay(self, session: Session, watcher: Watcher, after: int) -> int:
+        events = await session.history(0)
+        projector = self.projector(session.id, session.record.meta, live=False, skip_through=after)
+        projector.turn_times = await self._turn_times(session.id)
+        batch: list[TextFrame] = []
+        for event in events:
+            for seq, data in projector.feed(event):
+                batch.append((seq, data.decode()))
+            if len(batch) >= _REPLAY_BATCH:
+                await watcher.replay(batch)
+                batch = []
+        if batch:
+            await watcher.replay(batch)
+        return projector.sequence
+
+    def unwatch(self, session_id: str, watcher: Watcher) -> None:
+        stream = self._streams.get(session_id)
+        if stream is None:
+            return
+        stream.watchers.pop(watcher, None)
+        stream.holding.pop(watcher, None)
+        if stream.idle:
+            self._drop(stream)
+
+    def forget(self, session_id: str) -> None:
+        """The session was deleted: tell its watchers and drop its stream."""
+        stream = self._streams.get(session_id)
+        if stream is not None:
+            self._drop(stream, reason=f"session {session_id} was deleted")
+
+    def _drop(self, stream: _Stream, *, reason: str | None = None) -> None:
+        if reason is not None:
+            for watcher in [*stream.watchers, *stream.holding]:
+                watcher.session_gone(stream.session.id, reason)
+        stream.watchers.clear()
+        stream.holding.clear()
+        stream.dead = True
+        # Not now: this may run inside the session's delivery loop (a slow client dropped
+        # while it is fed), and leaving that loop's list mid-iteration would make the
+        # next subscriber miss the event.
+        trio.lowlevel.current_trio_token().run_sync_soon(stream.unsubscribe)
+        if self._streams.get(stream.session.id) is stream:
+            del self._streams[stream.session.id]
+
+    async def transcript(self, session_id: str) -> tuple[list[TurnProjection], int]:
+        """Every turn projection of the session, derived from the stored log."""
+        live = self.manager.live(session_id)
+        if live is not None:
+            meta, events = live.record.meta, await live.history(0)
+        else:
+            record = await self.manager.store.get_session(session_id)
+            if record is None:
+                raise NotFound(f"unknown session {session_id!r}")
+            meta, events = record.meta, await self.manager.read_events(session_id)
+        projector = self.projector(session_id, meta, live=False, keep_transcript=True, skip_through=math.inf)
+        projector.turn_times = await self._turn_times(session_id)
+        for event in events:
+            projector.feed(event)
+        return projector.transcript(), projector.sequence

@@ -1,0 +1,209 @@
+"""The chat REST API (protocols.md §4.1, §4.8), beside `/ws` on the daemon's port.
+
+    POST   /api/sessions                 {route?, intent?} → {session_id}
+    GET    /api/sessions?limit&offset    → {sessions, total, limit, offset}, newest first
+    GET    /api/sessions/{id}            → one session, with its status
+    GET    /api/sessions/{id}/messages   → the turn projections of the whole transcript
+    DELETE /api/sessions/{id}            → stops its run, forgets it and its events
+
+Errors are `{"detail": ...}` with the status of `bridge/errors.py`. The same bearer
+token and Origin allow-list as `/ws` apply; allowed browser origins get CORS headers
+(and preflight answers), so a chat page on another origin can call the API.
+`/messages` also sends `X-Chat-Sequence`: the last frame number of the transcript,
+the `after_sequence` to subscribe with so nothing is missed or repeated.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import msgspec
+import trio
+
+from bridge.config import Config
+from bridge.core.turn import TurnState
+from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
+from bridge.fronts.chat_access import Access
+from bridge.fronts.chat_streams import ChatStreams
+from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
+from bridge.session import SessionManager
+from bridge.store import SessionRecord
+
+__all__ = ["register"]
+
+log = logging.getLogger("bridge.fronts.rest")
+
+_STATUS = {"cancelled": "interrupted", "failed": "failed", "input_required": "waiting_for_input"}
+_enc = msgspec.json.Encoder()
+
+
+class CreateSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    route: str | None = None
+    intent: str | None = None
+
+
+_create = msgspec.json.Decoder(CreateSession)
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _int(query: dict[str, list[str]], name: str, default: int, lo: int, hi: int) -> int:
+    raw = query.get(name, [str(default)])[-1]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidParams(f"{name} must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise InvalidParams(f"{name} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+class _Api:
+    def __init__(self, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
+        self.config = config
+        self.manager = manager
+        self.streams = streams
+        self.access = access
+
+    def endpoint(self, fn: Callable[..., Awaitable[tuple[int, Any, list[tuple[str, str]]]]]) -> Any:
+        """Access checks, errors as {"detail"}, CORS headers for an allowed browser origin."""
+
+        async def handle(scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
+            origin = header(scope, "origin")
+            cors = [("access-control-allow-origin", origin), ("vary", "Origin")] if origin else []
+            try:
+                self.access.check_origin(scope)
+                if not self.access.check_bearer(scope):
+                    raise AuthRequired("an Authorization: Bearer token is required")
+                status, body, extra = await fn(scope, receive, params)
+            except PeerError as exc:
+                log.warning("%s %s: %s", scope["method"], scope["path"], exc.message)
+                extra = [("www-authenticate", "Bearer")] if codes_for(exc).http == 401 else []
+                cors = cors if self.access.origin_allowed(origin) else []
+                await send_json(send, codes_for(exc).http, {"detail": exc.message}, headers=cors + extra)
+                return
+            except BridgeError as exc:
+                log.warning("%s %s failed: %s", scope["method"], scope["path"], exc.message)
+                await send_json(send, codes_for(exc).http, {"detail": exc.message}, headers=cors)
+                return
+            await send_bytes(send, status, _enc.encode(body), headers=cors + extra)
+
+        return handle
+
+    async def preflight(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
+        origin = header(scope, "origin")
+        if origin is None or not self.access.origin_allowed(origin):
+            await send_json(send, 403, {"detail": f"origin {origin!r} is not allowed"})
+            return
+        headers = [
+            ("access-control-allow-origin", origin),
+            ("access-control-allow-methods", "GET, POST, DELETE, OPTIONS"),
+            ("access-control-allow-headers", "authorization, content-type"),
+            ("access-control-max-age", "600"),
+            ("vary", "Origin"),
+        ]
+        await send_bytes(send, 204, b"", headers=headers)
+
+    # -- handlers -----------------------------------------------------------------------
+    async def create(
+        self, scope: Scope, receive: Any, params: dict[str, str]
+    ) -> tuple[int, Any, list[tuple[str, str]]]:
+        body = await read_body(receive, self.config.server.max_body_bytes)
+        try:
+            req = _create.decode(body or b"{}")
+        except msgspec.ValidationError as exc:
+            raise InvalidParams(f"invalid body: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise InvalidParams(f"the body is not JSON: {exc}") from exc
+        routes = self.config.routes
+        route = req.route or self.config.default_route or (next(iter(routes)) if len(routes) == 1 else None)
+        if route is None:
+            raise InvalidParams(f"name a route: {sorted(routes)}")
+        meta: dict[str, Any] = {"intent": req.intent} if req.intent else {}
+        session = await self.manager.create(route, meta=meta)
+        if req.intent:
+            session.record.title = " ".join(req.intent.split())[:80] or None
+            await self.manager.store.put_session(session.record)
+        return 200, {"session_id": session.id}, []
+
+    async def index(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        limit = _int(query, "limit", 50, 1, 200)
+        offset = _int(query, "offset", 0, 0, 2**31)
+        records, total = await self.manager.store.list_sessions(limit=limit, offset=offset)
+        sessions = [await self._info(r) for r in records]
+        return 200, {"sessions": sessions, "total": total, "limit": limit, "offset": offset}, []
+
+    async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
+        return 200, await self._info(await self._record(params["session_id"])), []
+
+    async def messages(
+        self, scope: Scope, receive: Any, params: dict[str, str]
+    ) -> tuple[int, Any, list[tuple[str, str]]]:
+        turns, sequence = await self.streams.transcript(params["session_id"])
+        return 200, turns, [("x-chat-sequence", str(sequence))]
+
+    async def delete(
+        self, scope: Scope, receive: Any, params: dict[str, str]
+    ) -> tuple[int, Any, list[tuple[str, str]]]:
+        session_id = params["session_id"]
+        await self._record(session_id)
+        self.streams.forget(session_id)
+        live = self.manager.live(session_id)
+        if live is not None:
+            await live.close()
+            # Its last events are flushed as it stops: wait, or they would outlive the delete.
+            with trio.move_on_after(live.route.cancel_grace_s + 5):
+                while self.manager.live(session_id) is live:
+                    await trio.sleep(0.01)
+        await self.manager.store.delete_session(session_id)
+        return 200, {"session_id": session_id, "deleted": True}, []
+
+    # -- helpers ------------------------------------------------------------------------
+    async def _record(self, session_id: str) -> SessionRecord:
+        live = self.manager.live(session_id)
+        record = live.record if live is not None else await self.manager.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        return record
+
+    async def _status(self, record: SessionRecord) -> str:
+        live = self.manager.live(record.session_id)
+        turn = live.turn if live is not None else None
+        if turn is not None and turn.machine.active:
+            return "waiting_for_input" if turn.machine.state is TurnState.AWAITING_ANSWER else "running"
+        turns = await self.manager.store.list_turns(record.session_id)
+        if not turns:
+            return "created"
+        last = turns[-1].stop_reason
+        if last is None:
+            return "interrupted"  # it never ended: the daemon stopped during it
+        return _STATUS.get(last, "completed")
+
+    async def _info(self, record: SessionRecord) -> dict[str, Any]:
+        return {
+            "session_id": record.session_id,
+            "route": record.route,
+            "title": record.title,
+            "intent": record.meta.get("intent"),
+            "status": await self._status(record),
+            "created_at": _iso(record.created_at),
+            "updated_at": _iso(record.updated_at),
+        }
+
+
+def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
+    api = _Api(config, manager, streams, access)
+    app.add("POST", "/api/sessions", api.endpoint(api.create))
+    app.add("GET", "/api/sessions", api.endpoint(api.index))
+    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get))
+    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete))
+    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages))
+    for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages"):
+        app.add("OPTIONS", path, api.preflight)

@@ -1,0 +1,421 @@
+"""The chat event stream front: `/ws`, JSON frames `{"event", "data"}` (protocols.md §4).
+
+One connection = one reader (client frames, handled in order) + one writer (a
+bounded queue, drained in batches, STYLE.md rule 13). Client events: `session:subscribe {session_id,
+after_sequence?}` (replay, then live; acknowledged with `session:subscribed`),
+`session:unsubscribe`, `chat:send` (a new run, or an `askuser_answer` to an open
+question; the sender is subscribed live if it was not), `chat:stop`. Server frames
+come from `ChatStreams`; errors are `system:error {message, code, detail}`.
+
+Access: Origin against `[ws] allowed_origins` and a bearer token (`Authorization`
+header, refused before the upgrade with 403/401) or the first frame's `auth.token`
+(close 4401 if wrong or late). Limits, each with its fate:
+- a frame over `max_frame_bytes`: `system:error frame_too_large`, close 1009;
+- over `max_messages_per_s` (token bucket with `message_burst`): `system:error
+  rate_limited`, the frame is dropped;
+- a slow client (queue over `queue_max_frames`, or no write accepted for
+  `slow_client_timeout_s` while frames wait): close 4008 "slow consumer". The back is
+  never paused for it, and its memory stays bounded; it may resume with
+  `after_sequence`.
+
+Writes (ws_send.py): with `batch_writes`, every waiting frame goes out in one socket
+write through hypercorn's WebSocket stream, each still its own WebSocket message;
+otherwise one ASGI `websocket.send` per frame. The writer task exists only while
+frames wait, and pings ride on the reader's wait for client frames, so an idle
+connection costs no task of ours (memory per idle session, bench/ws_stream.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+import trio
+
+from bridge.codecs import chat_parts
+from bridge.codecs.chat import encode_frame
+from bridge.config import Config
+from bridge.errors import (
+    AuthRequired,
+    BridgeError,
+    Busy,
+    Forbidden,
+    FrameTooLarge,
+    InvalidParams,
+    InvalidRequest,
+    MethodNotFound,
+    NotFound,
+    ParseError,
+    PeerError,
+    codes_for,
+)
+from bridge.fronts.chat_access import Access
+from bridge.fronts.chat_streams import RUNS_KEY, ChatStreams, TextFrame
+from bridge.fronts.http import Scope
+from bridge.fronts.ws_send import AsgiSender, FrameQueue, Gone, HypercornSender, hypercorn_stream, sender_for
+from bridge.schema import chat
+from bridge.session import SessionManager
+
+__all__ = ["CLOSE_SLOW", "WsFront"]
+
+log = logging.getLogger("bridge.fronts.ws")
+
+CLOSE_SLOW = 4008  # application-defined twin of 1008 (policy): "slow consumer"
+_frame = msgspec.json.Decoder(chat.ClientFrame)
+_data: dict[str, msgspec.json.Decoder[Any]] = {
+    name: msgspec.json.Decoder(typ) for name, typ in chat.CLIENT_EVENTS.items()
+}
+_CODES = {
+    ParseError: "parse_error",
+    InvalidRequest: "invalid_request",
+    FrameTooLarge: "frame_too_large",
+    MethodNotFound: "unknown_event",
+    InvalidParams: "invalid_params",
+    AuthRequired: "unauthorized",
+    Forbidden: "forbidden",
+    NotFound: "not_found",
+    Busy: "busy",
+}
+
+
+class _RateLimited(PeerError):
+    pass
+
+
+def _code(exc: BaseException) -> str:
+    if isinstance(exc, _RateLimited):
+        return "rate_limited"
+    for cls in type(exc).__mro__:
+        if cls in _CODES:
+            return _CODES[cls]
+    return "internal_error" if not isinstance(exc, BridgeError) else "back_error"
+
+
+class WsFront:
+    """The `/ws` handler; one per daemon, shared by every connection."""
+
+    def __init__(self, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
+        self.cfg = config.ws
+        self.manager = manager
+        self.streams = streams
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        try:
+            self.access.check_origin(scope)
+            authed = self.access.check_bearer(scope)
+        except PeerError as exc:
+            log.warning("WebSocket refused: %s", exc.message)
+            if "websocket.http.response" in scope.get("extensions", {}):
+                await _deny(send, codes_for(exc).http, exc.message)
+            else:
+                await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
+            return
+        await _Connection(self, receive, send, authed=authed).run()
+
+
+async def _deny(send: Any, status: int, detail: str) -> None:
+    """Refuse the upgrade with an HTTP answer (ASGI `websocket.http.response`)."""
+    body = msgspec.json.encode({"detail": detail})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+class _Connection:
+    """One WebSocket client: its subscriptions, its queue, its reader and its writer.
+
+    The reader is the ASGI task itself. The writer is started when frames are queued
+    and ends once the queue is empty, so an idle connection holds no task of its own;
+    with `batch_writes` the reader's wait for client frames times out every
+    `ping_interval_s`, and the writer then sends a ping (a keepalive without a task).
+    """
+
+    __slots__ = (
+        "front", "cfg", "receive", "send", "authed", "_authed", "outbox", "subs", "close_code",
+        "close_reason", "_flush", "sending_since", "_tokens", "_refilled", "_nursery", "sender",
+        "_writing", "_ping_due",
+    )  # fmt: skip
+
+    def __init__(self, front: WsFront, receive: Any, send: Any, *, authed: bool) -> None:
+        self.front = front
+        self.cfg = front.cfg
+        self.receive = receive
+        self.send = send
+        self.authed = authed
+        self._authed: trio.Event | None = None if authed else trio.Event()
+        self.outbox = FrameQueue()
+        self.subs: dict[str, Any] = {}
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self._flush = False
+        self.sending_since: float | None = None
+        self._tokens = float(self.cfg.message_burst)
+        self._refilled = trio.current_time()
+        self._nursery: trio.Nursery | None = None
+        self.sender: AsgiSender | None = None
+        self._writing = False
+        self._ping_due = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def run(self) -> None:
+        stream = hypercorn_stream(self.send)
+        if stream is not None and not self.cfg.permessage_deflate:
+            stream.handshake.extensions = None  # do not negotiate deflate (zlib state per connection)
+        await self.send({"type": "websocket.accept"})
+        self.sender = sender_for(self.send, stream, self.cfg.batch_writes)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self._authed is not None:
+                    nursery.start_soon(self._auth_deadline, self._authed)
+                await self._reader()
+                if self.close_code is None:
+                    nursery.cancel_scope.cancel()  # the client left: nothing more to write
+                # else the writer sends the close frame, then ends the connection
+        finally:
+            self._leave_all()
+
+    def close(self, code: int, reason: str, *, flush: bool = False) -> None:
+        """No more frames, then the close frame (the writer sends it).
+
+        `flush`: what is already queued (the error that explains the close) goes first;
+        a slow consumer's queue is dropped instead.
+        """
+        if self.close_code is not None:
+            return
+        self.close_code, self.close_reason, self._flush = code, reason, flush
+        if code == CLOSE_SLOW:
+            log.warning("WebSocket client disconnected: %s", reason)
+        self._leave_all()
+        self._kick()
+
+    def _leave_all(self) -> None:
+        for session_id in list(self.subs):
+            self.front.streams.unwatch(session_id, self)
+        self.subs.clear()
+
+    async def _auth_deadline(self, authed: trio.Event) -> None:
+        with trio.move_on_after(self.cfg.auth_timeout_s):
+            await authed.wait()
+            return
+        self._error(AuthRequired(f"send auth.token in the first frame within {self.cfg.auth_timeout_s:g} s"))
+        self.close(4401, "authentication timed out", flush=True)
+
+    # -- writing --------------------------------------------------------------------------
+    def _kick(self) -> None:
+        if not self._writing and self._nursery is not None:
+            self._writing = True
+            self._nursery.start_soon(self._writer)
+
+    async def _writer(self) -> None:
+        assert self._nursery is not None and self.sender is not None
+        try:
+            while True:
+                if self._ping_due and self.close_code is None:
+                    self._ping_due = False
+                    await self.sender.ping()
+                if not len(self.outbox) or (self.close_code is not None and not self._flush):
+                    break
+                items = self.outbox.take()
+                self.sending_since = trio.current_time()
+                await self.sender.send_many(items)
+                self.sending_since = None
+            if self.close_code is not None:
+                with trio.move_on_after(self.cfg.slow_client_timeout_s):
+                    await self.sender.close(self.close_code, self.close_reason)
+                self._nursery.cancel_scope.cancel()
+        except Gone:
+            self._nursery.cancel_scope.cancel()  # the client left under a write
+        finally:
+            self._writing = False
+
+    def _put(self, text: str) -> None:
+        if self.close_code is None:
+            if len(self.outbox) >= self.cfg.queue_max_frames:
+                self.close(CLOSE_SLOW, f"slow consumer: more than {self.cfg.queue_max_frames} frames waiting")
+                return
+            self.outbox.items.append(text)
+            self._kick()
+
+    def _error(self, exc: BaseException, session_id: str | None = None) -> None:
+        message = exc.message if isinstance(exc, BridgeError) else "internal error"
+        data = exc.data if isinstance(exc, BridgeError) else None
+        err = chat.SystemError(message=message, code=_code(exc), detail=data, session_id=session_id)
+        self._put(encode_frame("system:error", err).decode())
+
+    # -- Watcher (ChatStreams) ----------------------------------------------------------------
+    def push(self, frames: list[TextFrame]) -> None:
+        if self.close_code is not None:
+            return
+        waiting = len(self.outbox)
+        if waiting + len(frames) > self.cfg.queue_max_frames:
+            self.close(CLOSE_SLOW, f"slow consumer: more than {self.cfg.queue_max_frames} frames waiting")
+            return
+        since = self.sending_since
+        if waiting and since is not None and trio.current_time() - since > self.cfg.slow_client_timeout_s:
+            self.close(CLOSE_SLOW, f"slow consumer: no write accepted for {self.cfg.slow_client_timeout_s:g} s")
+            return
+        put = self.outbox.items.append
+        for _seq, text in frames:
+            put(text)
+        self._kick()
+
+    async def replay(self, frames: list[TextFrame]) -> None:
+        room = max(8, self.cfg.queue_max_frames // 2)  # a replay fills at most half the bound
+        for i in range(0, len(frames), room):
+            if len(self.outbox) >= room:
+                with trio.move_on_after(self.cfg.slow_client_timeout_s):
+                    await self.outbox.wait_below(room)
+                if len(self.outbox) >= room:
+                    self.close(CLOSE_SLOW, "slow consumer: the replay is not being read")
+            if self.close_code is not None:
+                return
+            self.push(frames[i : i + room])
+
+    def session_gone(self, session_id: str, reason: str) -> None:
+        if self.subs.pop(session_id, None) is not None:
+            self._error(NotFound(reason), session_id)
+
+    def overflowed(self) -> None:
+        self.close(CLOSE_SLOW, "slow consumer: too many frames arrived during the replay")
+
+    # -- reading ----------------------------------------------------------------------------
+    async def _reader(self) -> None:
+        ping = self.cfg.ping_interval_s if isinstance(self.sender, HypercornSender) else None
+        while self.close_code is None:
+            if ping is None:
+                message = await self.receive()
+            else:
+                with trio.move_on_after(ping) as waited:
+                    message = await self.receive()
+                if waited.cancelled_caught:  # quiet for a while: keep the connection alive
+                    self._ping_due = True
+                    self._kick()
+                    continue
+            kind = message["type"]
+            if kind == "websocket.disconnect":
+                return
+            if kind == "websocket.receive":
+                text = message.get("text")
+                await self._frame(text if text is not None else message.get("bytes") or b"")
+
+    def _rate_ok(self) -> bool:
+        now = trio.current_time()
+        rate = self.cfg.max_messages_per_s
+        self._tokens = min(float(self.cfg.message_burst), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    async def _frame(self, data: str | bytes) -> None:
+        limit = self.cfg.max_frame_bytes
+        size = len(data) if isinstance(data, bytes) or len(data) * 4 <= limit else len(data.encode())
+        if size > limit:
+            self._error(
+                FrameTooLarge(f"frame of {size} bytes exceeds max_frame_bytes ({limit})", data={"limit": limit})
+            )
+            self.close(1009, "frame too large", flush=True)
+            return
+        session_id = None
+        try:
+            if not self._rate_ok():
+                raise _RateLimited(f"more than {self.cfg.max_messages_per_s:g} frames per second; frame dropped")
+            try:
+                frame = _frame.decode(data)
+            except msgspec.ValidationError as exc:
+                raise InvalidRequest(f'not a chat frame {{"event", "data"}}: {exc}') from exc
+            except msgspec.DecodeError as exc:
+                raise ParseError(f"invalid JSON: {exc}") from exc
+            if not self.authed:
+                if frame.auth is None or not self.front.access.token_ok(frame.auth.token):
+                    raise AuthRequired("the first frame must carry a valid auth.token")
+                self.authed = True
+                if self._authed is not None:
+                    self._authed.set()
+            if not frame.event and frame.auth is not None:
+                return  # an authentication frame and nothing else
+            decoder = _data.get(frame.event)
+            if decoder is None:
+                raise MethodNotFound(f"unknown event {frame.event!r}; events are {sorted(_data)}")
+            try:
+                params = decoder.decode(frame.data if not isinstance(frame.data, msgspec.UnsetType) else b"{}")
+            except msgspec.ValidationError as exc:
+                raise InvalidParams(f"{frame.event}: {exc}") from exc
+            session_id = getattr(params, "session_id", None)
+            await self._dispatch(frame.event, params)
+        except PeerError as exc:
+            log.warning("chat client error: %s", exc.message)
+            self._error(exc, session_id)
+            if not self.authed:  # whatever the first frame was, it did not authenticate
+                self.close(4401, "unauthorized", flush=True)
+        except BridgeError as exc:
+            log.warning("chat %s failed: %s", session_id, exc.message)
+            self._error(exc, session_id)
+
+    # -- events -----------------------------------------------------------------------------
+    async def _dispatch(self, event: str, p: Any) -> None:
+        if event == "session:subscribe":
+            await self._subscribe(p.session_id, p.after_sequence, ack=True)
+        elif event == "session:unsubscribe":
+            if self.subs.pop(p.session_id, None) is not None:
+                self.front.streams.unwatch(p.session_id, self)
+        elif event == "chat:send":
+            await self._send(p)
+        elif event == "chat:stop":
+            session = await self.front.manager.get(p.session_id)
+            session.cancel()  # the run ends with chat:end status "interrupted"
+
+    async def _subscribe(self, session_id: str, after: int | None, *, ack: bool) -> Any:
+        if session_id not in self.subs and len(self.subs) >= self.cfg.max_subscriptions:
+            raise InvalidRequest(f"at most {self.cfg.max_subscriptions} subscriptions per connection")
+        session = await self.front.manager.get(session_id)
+        if session_id in self.subs:
+            self.front.streams.unwatch(session_id, self)
+        self.subs[session_id] = session
+        try:
+            sequence = await self.front.streams.watch(session, self, after)
+        except BaseException:
+            self.subs.pop(session_id, None)
+            raise
+        if ack and self.close_code is None:
+            self._put(
+                encode_frame("session:subscribed", chat.Subscribed(session_id=session_id, sequence=sequence)).decode()
+            )
+        return session
+
+    async def _send(self, p: chat.SendMessage) -> None:
+        session = await self.front.manager.get(p.session_id)
+        if self.subs.get(p.session_id) is not session:  # the sender hears its run
+            session = await self._subscribe(p.session_id, None, ack=False)
+        if p.askuser_answer is not None:
+            self._answer(session, p.askuser_answer)
+            return
+        content = chat_parts.message_to_content(p.message)
+        if not content:
+            raise InvalidParams("message is empty (send text, content items or an askuser_answer)")
+        if p.output_schema is not None:
+            chat_parts.check_output_schema(p.output_schema)
+        for value, category in ((p.mode, "mode"), (p.model, "model")):
+            option = next((o for o in session.route.options if o.category == category), None) if value else None
+            if option is not None and value in {v.value for v in option.values}:
+                await session.set_option(option.id, value)
+            # Other values are ignored: Blade clients send mode "executing" to every agent (§4.2).
+        turn = session.start_turn(content)
+        if p.headless or p.output_schema is not None:
+            runs = session.record.meta.setdefault(RUNS_KEY, {})
+            runs[turn.turn_id] = msgspec.to_builtins(chat.RunOptions(headless=True, output_schema=p.output_schema))
+
+    def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
+        projector = self.front.streams.live_projector(session.id)
+        question = projector.question_for(answer.tool_call_id) if projector is not None else None
+        if question is None or session.turn is None or session.turn.open_question(question.id) is None:
+            raise NotFound(f"no open AskUserQuestion {answer.tool_call_id!r} in session {session.id}")
+        session.answer(question.id, **chat_parts.answer_from_chat(question, answer))

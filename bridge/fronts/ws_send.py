@@ -1,0 +1,139 @@
+"""How the chat front writes to a WebSocket: the queue, and the two writers.
+
+- `FrameQueue`: a connection's outgoing frames, swapped out whole by its writer.
+- `AsgiSender`: one ASGI `websocket.send` per frame (any ASGI server).
+- `HypercornSender`: every waiting frame in one socket write, through hypercorn's
+  WebSocket stream and wsproto; each frame is still its own WebSocket message. Under
+  hypercorn the ASGI path costs one awaited socket write per message, about 0.7x
+  the trio-websocket ceiling; this path passes it (bench/ws_stream.py). It is used
+  only when the ASGI `send` really is hypercorn's `WSStream.app_send`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+__all__ = ["AsgiSender", "FrameQueue", "Gone", "HypercornSender", "hypercorn_stream", "sender_for"]
+
+
+class Gone(Exception):
+    """The client went away under a write."""
+
+
+class AsgiSender:
+    def __init__(self, send: Any) -> None:
+        self.send = send
+
+    async def send_many(self, texts: list[str]) -> None:
+        for text in texts:
+            await self.send({"type": "websocket.send", "text": text})
+
+    async def close(self, code: int, reason: str) -> None:
+        await self.send({"type": "websocket.close", "code": code, "reason": reason})
+
+    async def ping(self) -> None:
+        pass  # ASGI has no ping message: hypercorn's own pings keep this path alive
+
+
+class HypercornSender(AsgiSender):
+    """Every waiting frame in one write, through hypercorn's WebSocket stream and wsproto.
+
+    Only our writer sends data messages, so they keep their order (and their
+    permessage-deflate context, if negotiated); hypercorn's pongs are control frames.
+    """
+
+    _CHUNK = 64 * 1024
+
+    def __init__(
+        self, send: Any, stream: Any, data_event: Any, text_message: Any, ping: Any, protocol_error: Any
+    ) -> None:
+        super().__init__(send)
+        self.stream = stream
+        self._data = data_event
+        self._text = text_message
+        self._ping = ping
+        self._protocol_error = protocol_error
+
+    async def ping(self) -> None:
+        st = self.stream
+        if st.closed:
+            raise Gone
+        try:
+            data = st.connection.send(self._ping())
+        except self._protocol_error as exc:
+            raise Gone from exc
+        await st.send(self._data(stream_id=st.stream_id, data=data))
+
+    async def send_many(self, texts: list[str]) -> None:
+        st = self.stream
+        parts: list[bytes] = []
+        size = 0
+        for text in texts:
+            if st.closed:
+                raise Gone
+            try:
+                part = st.connection.send(self._text(data=text))
+            except self._protocol_error as exc:  # the client already closed
+                raise Gone from exc
+            parts.append(part)
+            size += len(part)
+            if size >= self._CHUNK:
+                await st.send(self._data(stream_id=st.stream_id, data=b"".join(parts)))
+                parts, size = [], 0
+        if parts:
+            await st.send(self._data(stream_id=st.stream_id, data=b"".join(parts)))
+
+
+def hypercorn_stream(send: Any) -> Any:
+    """hypercorn's WSStream behind an ASGI `send`, if that is what serves us."""
+    try:
+        from hypercorn.protocol.ws_stream import WSStream
+    except ImportError:  # another ASGI server
+        return None
+    stream = getattr(send, "__self__", None)
+    if isinstance(stream, WSStream) and all(hasattr(stream, a) for a in ("handshake", "send", "stream_id", "closed")):
+        return stream
+    return None
+
+
+class FrameQueue:
+    """A connection's outgoing frames, bounded by the connection (STYLE.md rules 13, 14).
+
+    Not `fronts.outbox.Outbox`: the writer here is started when frames arrive, so no
+    one parks on an empty queue, and an idle connection keeps only an empty list
+    (a deque and two parking lots cost ~2 KiB per connection).
+    """
+
+    __slots__ = ("items", "_drained")
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._drained: trio.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def take(self) -> list[str]:
+        items, self.items = self.items, []
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+        return items
+
+    async def wait_below(self, limit: int) -> None:
+        while len(self.items) >= limit:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+
+def sender_for(send: Any, stream: Any, batch: bool) -> AsgiSender:
+    if stream is not None and batch and hasattr(stream, "connection"):
+        from hypercorn.protocol.events import Data
+        from wsproto.events import Ping, TextMessage
+        from wsproto.utilities import LocalProtocolError
+
+        return HypercornSender(send, stream, Data, TextMessage, Ping, LocalProtocolError)
+    return AsgiSender(send)
