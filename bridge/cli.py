@@ -21,16 +21,17 @@ __all__ = ["main"]
 EX_OK = 0
 EX_TURN_FAILED = 1
 EX_USAGE = 64
+EX_UNAVAILABLE = 69  # `acp --connect`: the daemon is not there, or went away
 EX_SOFTWARE = 70
+EX_OSERR = 71  # `serve`: a listener or the store could not be opened
 EX_CONFIG = 78
+# `serve` stopped by a second SIGTERM/SIGINT exits 128 + the signal's number.
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(level: str, fmt: str | None = None) -> None:
+    from bridge.logs import setup
+
+    setup(level, fmt or "text")
 
 
 def _load(config_path: str | None) -> Any:
@@ -68,6 +69,13 @@ state_option = click.option("--state-dir", type=click.Path(file_okay=False), hel
 log_option = click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None, help="Default: the config's log_level."
 )
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    envvar="AGENT_BRIDGE_LOG_FORMAT",
+    help="Log lines on stderr: text (default) or one JSON object per line.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,14 +89,39 @@ def main() -> None:
 @config_option
 @state_option
 @log_option
-def acp(route: str | None, config_path: str | None, state_dir: str | None, log_level: str | None) -> None:
+@log_format_option
+@click.option(
+    "--connect",
+    "connect",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[PATH]",
+    help="Relay to the daemon's ACP socket (default: $AGENT_BRIDGE_SOCKET, else the daemon's default path) instead of running the route here.",
+)
+def acp(
+    route: str | None,
+    config_path: str | None,
+    state_dir: str | None,
+    log_level: str | None,
+    log_format: str | None,
+    connect: str | None,
+) -> None:
     """Speak ACP on stdin/stdout for ROUTE (what an editor spawns)."""
+    if connect is not None:
+        from bridge.shim import run as relay
+
+        if route is None and connect and os.sep not in connect:
+            route, connect = connect, ""  # `acp --connect ROUTE`: the value was the route
+        # Nothing else is loaded: the daemon owns the config, the sessions and the secrets.
+        sys.exit(relay(route, connect or None))
+
     import trio
 
     from bridge.daemon import run_acp_stdio
 
     config = _load(config_path)
-    _setup_logging(log_level or config.log_level)
+    _setup_logging(log_level or config.log_level, log_format)
     name = _pick_route(config, route)
     # Only protocol may reach stdout: keep our own copy of it, and point fd 1 (and
     # so any stray print) at stderr.
@@ -102,23 +135,65 @@ def acp(route: str | None, config_path: str | None, state_dir: str | None, log_l
 @config_option
 @state_option
 @log_option
-def serve(config_path: str | None, state_dir: str | None, log_level: str | None) -> None:
-    """Run the daemon: every HTTP front on the configured listener."""
+@log_format_option
+def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
+    """Run the daemon: every HTTP front on the configured listener, ACP on a unix socket.
+
+    Under systemd: Type=notify, watchdog, socket activation; SIGHUP reloads the
+    config, SIGTERM stops gracefully (see systemd/ and README.md).
+    """
     import trio
 
     from bridge.daemon import serve as serve_daemon
+    from bridge.service import StartError
 
-    config = _load(config_path)
-    _setup_logging(log_level or config.log_level)
+    path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
+    config = _load(path)
+    _setup_logging(log_level or config.log_level, log_format)
 
-    async def main_task() -> None:
+    async def main_task() -> int:
+        status = 0
+
+        async def run(task_status: Any) -> None:
+            nonlocal status
+            status = await serve_daemon(config, state_dir=_state_dir(config, state_dir), config_path=path, task_status=task_status)
+
         async with trio.open_nursery() as nursery:
-            bound = await nursery.start(lambda task_status: serve_daemon(config, state_dir=_state_dir(config, state_dir), task_status=task_status))
+            try:
+                bound = await nursery.start(run)
+            except StartError as exc:  # raised before anything started: no group to unwrap
+                logging.getLogger("bridge.daemon").error("%s", exc.message)
+                return exc.status
             # One line on stdout, for whoever started us with port 0.
             click.echo(f"listening {' '.join(bound)}")
             sys.stdout.flush()
+        return status
 
-    trio.run(main_task)
+    sys.exit(trio.run(main_task))
+
+
+@main.command()
+@config_option
+@log_option
+@log_format_option
+def doctor(config_path: str | None, log_level: str | None, log_format: str | None) -> None:
+    """Validate the config and try each route's back once; print what works and why not.
+
+    Exits 0 when every checked back works, 1 when one does not, 78 on a config error.
+    """
+    import trio
+
+    from bridge.doctor import probe_routes, render_table
+    from bridge.reload import import_credentials
+
+    path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
+    config = _load(path)
+    _setup_logging(log_level or "error", log_format)
+    click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes")
+    import_credentials(config)
+    probes = trio.run(lambda: probe_routes(config, deep=True))
+    click.echo(render_table(probes))
+    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in probes) else EX_OK)
 
 
 @main.command()
@@ -127,6 +202,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None)
 @config_option
 @state_option
 @log_option
+@log_format_option
 @click.option(
     "--answer",
     type=click.Choice(["allow", "reject", "first"]),
@@ -140,6 +216,7 @@ def ask(
     config_path: str | None,
     state_dir: str | None,
     log_level: str | None,
+    log_format: str | None,
     answer: str | None,
     session_id: str | None,
 ) -> None:
@@ -153,7 +230,7 @@ def ask(
     from bridge.render import Renderer
 
     config = _load(config_path)
-    _setup_logging(log_level or "warning")
+    _setup_logging(log_level or "warning", log_format)
     name = _pick_route(config, route)
 
     async def one_turn() -> int:

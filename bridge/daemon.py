@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -19,12 +20,15 @@ from bridge.config import Config
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
 
-__all__ = ["build_app", "default_state_dir", "open_runtime", "run_acp_stdio", "serve"]
+__all__ = ["build_app", "default_state_dir", "hyper_config", "open_runtime", "run_acp_stdio", "serve"]
 
 log = logging.getLogger("bridge.daemon")
 
 
 def default_state_dir() -> str:
+    systemd = os.environ.get("STATE_DIRECTORY")  # StateDirectory= (systemd.exec(5)); may be a list
+    if systemd:
+        return systemd.split(":")[0]
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return str(Path(base) / "agent-bridge")
 
@@ -55,11 +59,26 @@ async def run_acp_stdio(config: Config, route: str, state_dir: str | None, stdin
     receive = trio.lowlevel.FdStream(stdin_fd)
     send = trio.lowlevel.FdStream(stdout_fd)
     async with open_runtime(config, state_dir) as manager:
-        await serve_acp(receive, send, manager=manager, config=config, route=route)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+            await serve_acp(receive, send, manager=manager, config=config, route=route)
+            nursery.cancel_scope.cancel()
 
 
-def build_app(config: Config, manager: SessionManager) -> object:
-    """The ASGI app of every HTTP front."""
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    """Editors end the agent they spawned with SIGTERM (or SIGHUP when they go away):
+    stop as on EOF, so every session closes and no agent process outlives us."""
+    import signal
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("%s: closing the sessions and stopping", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+def build_app(config: Config, manager: SessionManager, *, readiness: Any = None, metrics: Any = None) -> object:
+    """The ASGI app of every HTTP front (`readiness`: /readyz, `metrics`: /metrics)."""
     from bridge.fronts.http import HttpApp, send_json
 
     app = HttpApp()
@@ -68,53 +87,69 @@ def build_app(config: Config, manager: SessionManager) -> object:
         await send_json(send, 200, {"status": "ok"})  # type: ignore[arg-type]
 
     app.add("GET", "/healthz", healthz)  # type: ignore[arg-type]
+    if readiness is not None or metrics is not None:
+        from bridge.health import register
+
+        register(app, readiness=readiness, metrics=metrics)
+
+    # The chat event stream front: /ws and the /api/sessions REST API (protocols.md §4).
+    from bridge.fronts import rest
+    from bridge.fronts.chat_access import Access
+    from bridge.fronts.chat_streams import ChatStreams
+    from bridge.fronts.ws import WsFront
+
+    access = Access(config.ws)
+    streams = ChatStreams(config.ws, manager)
+    app.websocket("/ws", WsFront(config, manager, streams, access))
+    rest.register(app, config, manager, streams, access)
+    if metrics is not None:
+        from bridge.health import CountConnections
+
+        return CountConnections(app, metrics)
     return app
+
+
+def hyper_config(config: Config, binds: list[str]) -> Any:
+    """hypercorn's settings for the daemon's HTTP listener on `binds`."""
+    from hypercorn.config import Config as HyperConfig
+
+    hc = HyperConfig()
+    hc.bind = binds
+    hc.graceful_timeout = config.server.graceful_timeout_s
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.h11_max_incomplete_size = 64 * 1024
+    # Above [ws] max_frame_bytes so the chat front can answer an oversized frame itself.
+    hc.websocket_max_message_size = max(config.server.max_body_bytes, config.ws.max_frame_bytes + 1)
+    # The chat front pings by itself when it writes through hypercorn's stream (no task per
+    # connection); hypercorn's own pings serve its per-message ASGI path.
+    hc.websocket_ping_interval = None if config.ws.batch_writes else config.ws.ping_interval_s
+    return hc
 
 
 async def serve(
     config: Config,
     *,
     state_dir: str | None,
+    config_path: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """The daemon: every HTTP front on one hypercorn (trio worker) listener.
+) -> int:
+    """The daemon: every HTTP front on one hypercorn (trio worker) listener, the ACP
+    front on a unix socket, under systemd or not (bridge/service.py).
 
-    Reports the bound addresses through `task_status`; returns after SIGINT/SIGTERM
-    once open requests finished within `server.graceful_timeout_s`.
+    Reports the bound addresses through `task_status`; reloads `config_path` on
+    SIGHUP; returns its exit status after SIGTERM/SIGINT (0 once running turns
+    finished or were cancelled and everything closed). Raises `StartError` when a
+    listener or the store cannot be opened.
     """
-    import signal
+    from bridge.service import run_service
 
-    from hypercorn.config import Config as HyperConfig
-    from hypercorn.trio import serve as hyper_serve
-
-    from bridge.config import listen_address
-
-    host, port = listen_address(config.server)
-    hc = HyperConfig()
-    hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    hc.graceful_timeout = config.server.graceful_timeout_s
-    hc.accesslog = None
-    hc.errorlog = logging.getLogger("hypercorn.error")
-    hc.h11_max_incomplete_size = 64 * 1024
-    hc.websocket_max_message_size = config.server.max_body_bytes
-
-    stop = trio.Event()
-
-    async def on_signals() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("%s: shutting down", signal.Signals(signum).name)
-                stop.set()
-                return
-
-    async with open_runtime(config, state_dir) as manager:
-        app = build_app(config, manager)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(on_signals)
-            bound = await nursery.start(
-                lambda task_status: hyper_serve(app, hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
-            )
-            log.info("listening on %s", ", ".join(bound))
-            task_status.started(bound)
-            await stop.wait()
-            # hypercorn returns once open requests finished (bounded by graceful_timeout)
+    return await run_service(
+        config,
+        state_dir=state_dir,
+        config_path=config_path,
+        open_runtime=open_runtime,
+        build_app=build_app,
+        hyper_config=hyper_config,
+        task_status=task_status,
+    )

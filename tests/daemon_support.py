@@ -1,0 +1,365 @@
+"""Helpers for the daemon-as-a-service tests: the real `agent-bridge serve` process.
+
+- `Notifications`: a test `$NOTIFY_SOCKET` (a unix datagram socket read by a thread,
+  so it keeps receiving, with timestamps, even while the test's own loop waits).
+- `start_daemon(...)`: spawns `agent-bridge serve` with a config written from a dict,
+  waits for its `listening ...` line and yields a `Daemon` (its URL, ACP socket, log).
+- `AcpClient`: raw newline-delimited JSON-RPC over the daemon's ACP unix socket
+  (preamble included) or over any stdio pair (the `--connect` shim).
+- `descendants(pid)`, `alive(pid)`: the process table, from /proc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+TESTS = Path(__file__).resolve().parent
+
+
+# -- config -------------------------------------------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def toml(doc: dict[str, Any]) -> str:
+    """A small TOML writer: top-level keys, [tables] and [tables.sub] of scalars and inline tables."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in doc.items():
+        if isinstance(value, dict) and key in ("routes", "server", "daemon", "store", "acp", "ws"):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in tables:
+        if key == "routes":
+            for name, route in value.items():
+                lines.append(f"[routes.{json.dumps(name)}]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in route.items()]
+        else:
+            lines.append(f"[{key}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in value.items()]
+    return "\n".join(lines) + "\n"
+
+
+def demo_route(**back: Any) -> dict[str, Any]:
+    return {"back": {"kind": "demo", "chunk_delay_s": 0.0, **back}}
+
+
+def base_config(tmp_path: Path, routes: dict[str, Any], **sections: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"routes": routes}
+    doc["server"] = {"listen": "127.0.0.1:0", "graceful_timeout_s": 1, **sections.pop("server", {})}
+    doc["daemon"] = {"acp_socket": str(tmp_path / "run" / "acp.sock"), **sections.pop("daemon", {})}
+    doc.update(sections)
+    return doc
+
+
+# -- $NOTIFY_SOCKET ---------------------------------------------------------------------------
+
+
+class Notifications:
+    """Every sd_notify datagram received, as (monotonic time, {KEY: VALUE})."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.1)
+        self.messages: list[tuple[float, dict[str, str]]] = []
+        self._lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            fields = dict(line.split("=", 1) for line in data.decode().split("\n") if "=" in line)
+            with self._lock:
+                self.messages.append((time.monotonic(), fields))
+
+    def snapshot(self) -> list[tuple[float, dict[str, str]]]:
+        with self._lock:
+            return list(self.messages)
+
+    def states(self) -> list[str]:
+        """The state changes in order: READY, RELOADING, STOPPING (not STATUS or WATCHDOG)."""
+        out = []
+        for _, m in self.snapshot():
+            for key in ("RELOADING", "READY", "STOPPING"):
+                if m.get(key) == "1":
+                    out.append(key)
+        return out
+
+    async def wait_for(self, pred: Callable[[list[str]], bool], timeout: float = 15) -> list[str]:
+        with trio.fail_after(timeout):
+            while not pred(self.states()):
+                await trio.sleep(0.02)
+        return self.states()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(1)
+        self.sock.close()
+
+
+# -- the process table ------------------------------------------------------------------
+
+
+def _ppid_map() -> dict[int, int]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                out[int(entry)] = int(fields[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    parents = _ppid_map()
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier and child not in found}
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+# -- the daemon -------------------------------------------------------------------------------
+
+
+class Daemon:
+    def __init__(self, proc: trio.Process, url: str, acp_socket: str | None, log: Path, config: Path) -> None:
+        self.proc = proc
+        self.url = url
+        self.acp_socket = acp_socket
+        self.log = log
+        self.config = config
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    async def wait(self, timeout: float = 20) -> int:
+        with trio.fail_after(timeout):
+            return await self.proc.wait()
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """A plain HTTP/1.0 GET (no client library needed)."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            data = b""
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), body
+
+    @contextlib.asynccontextmanager
+    async def acp(self, route: str | None) -> AsyncIterator[AcpClient]:
+        assert self.acp_socket is not None
+        stream = await trio.open_unix_socket(self.acp_socket)
+        async with stream:
+            client = AcpClient(stream, stream)
+            ack = await client.preamble(route)
+            assert ack.get("ok"), ack
+            async with client.running():
+                yield client
+
+
+@contextlib.asynccontextmanager
+async def start_daemon(
+    bridge_exe: list[str],
+    tmp_path: Path,
+    env: dict[str, str],
+    config: dict[str, Any],
+    *,
+    args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+    name: str = "daemon",
+    wrapper: list[str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> AsyncIterator[Daemon]:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(toml(config))
+    log = tmp_path / f"{name}.log"
+    command = [*(wrapper or []), *bridge_exe, "serve", "--config", str(path), "--state-dir", str(tmp_path / "state"), *args]
+    with log.open("ab") as err:
+        proc = await trio.lowlevel.open_process(
+            command, stdout=subprocess.PIPE, stderr=err, env={**env, **(extra_env or {})}, pass_fds=pass_fds
+        )
+    try:
+        buf = b""
+        with trio.fail_after(20):
+            while b"\n" not in buf:
+                chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
+                assert chunk, f"the daemon exited: {log.read_text(errors='replace')}"
+                buf += chunk
+        words = buf.split(b"\n")[0].decode().split()
+        assert words[0] == "listening", words
+        url = next(w for w in words if w.startswith("http://"))
+        unix = next((w.removeprefix("unix:") for w in words if w.startswith("unix:")), None)
+        yield Daemon(proc, url, unix, log, path)
+    finally:
+        with trio.CancelScope(shield=True):
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                with trio.move_on_after(10):
+                    await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+# -- a raw ACP client -----------------------------------------------------------------------
+
+
+class AcpClient:
+    """Newline-delimited JSON-RPC; a reader task files responses by id and keeps notifications."""
+
+    def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
+        self.receive = receive
+        self.send = send
+        self.ids = itertools.count(1)
+        self.responses: dict[Any, dict[str, Any]] = {}
+        self.notes: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # requests the agent sent us
+        self.eof = False
+        self._buf = b""
+        self._changed = trio.Event()
+        self.on_request: Callable[[dict[str, Any]], Any] | None = None
+
+    async def preamble(self, route: str | None) -> dict[str, Any]:
+        await self.send.send_all(json.dumps({"route": route}).encode() + b"\n")
+        while b"\n" not in self._buf:
+            chunk = await self.receive.receive_some(65536)
+            if not chunk:
+                raise EOFError("no answer to the preamble")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return json.loads(line)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._reader)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _reader(self) -> None:
+        while True:
+            while b"\n" in self._buf:
+                line, _, self._buf = self._buf.partition(b"\n")
+                if line.strip():
+                    await self._handle(json.loads(line))
+            try:
+                chunk = await self.receive.receive_some(1 << 20)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                chunk = b""
+            if not chunk:
+                self.eof = True
+                self._poke()
+                return
+            self._buf += chunk
+
+    async def _handle(self, msg: dict[str, Any]) -> None:
+        if "method" in msg and "id" in msg:
+            self.requests.append(msg)
+            answer = self.on_request(msg) if self.on_request else {"outcome": {"outcome": "cancelled"}}
+            await self.write({"jsonrpc": "2.0", "id": msg["id"], "result": answer})
+        elif "method" in msg:
+            self.notes.append(msg)
+        else:
+            self.responses[msg.get("id")] = msg
+        self._poke()
+
+    def _poke(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def write(self, msg: dict[str, Any]) -> None:
+        await self.send.send_all(json.dumps(msg).encode() + b"\n")
+
+    async def start(self, method: str, params: dict[str, Any]) -> int:
+        rid = next(self.ids)
+        await self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return rid
+
+    async def until(self, pred: Callable[[], bool], timeout: float = 15) -> None:
+        with trio.fail_after(timeout):
+            while not pred():
+                if self.eof:
+                    raise EOFError("the connection closed")
+                await self._changed.wait()
+
+    async def response(self, rid: int, timeout: float = 15) -> dict[str, Any]:
+        await self.until(lambda: rid in self.responses, timeout)
+        return self.responses[rid]
+
+    async def call(self, method: str, params: dict[str, Any], timeout: float = 15) -> dict[str, Any]:
+        return await self.response(await self.start(method, params), timeout)
+
+    async def result(self, method: str, params: dict[str, Any], timeout: float = 15) -> Any:
+        msg = await self.call(method, params, timeout)
+        assert "result" in msg, msg
+        return msg["result"]
+
+    async def init(self) -> dict[str, Any]:
+        return await self.result("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+
+    async def new(self, cwd: str = "/tmp") -> str:
+        return (await self.result("session/new", {"cwd": cwd, "mcpServers": []}))["sessionId"]
+
+    def chunks(self, session_id: str) -> list[str]:
+        return [
+            n["params"]["update"]["content"].get("text", "")
+            for n in self.notes
+            if n["method"] == "session/update"
+            and n["params"]["sessionId"] == session_id
+            and n["params"]["update"].get("sessionUpdate") == "agent_message_chunk"
+        ]
+
+    async def prompt(self, session_id: str, text: str) -> int:
+        return await self.start("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})

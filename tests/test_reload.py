@@ -1,0 +1,126 @@
+"""SIGHUP reload of the real daemon (bridge/reload.py): a bad file keeps the running
+configuration; routes added, changed and removed while a turn runs."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import trio
+
+from daemon_support import Notifications, base_config, demo_route, start_daemon, toml
+
+
+async def _reload(d, notify: Notifications, n: int) -> None:  # type: ignore[no-untyped-def]
+    """SIGHUP and wait for the n-th READY=1 after it."""
+    d.signal(signal.SIGHUP)
+    await notify.wait_for(lambda s: s.count("READY") >= n and s[-1] == "READY" and "RELOADING" in s)
+
+
+async def test_a_bad_file_keeps_the_running_configuration(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:
+    notify = Notifications(tmp_path / "notify.sock")
+    config = base_config(tmp_path, {"demo": demo_route()})
+    try:
+        with trio.fail_after(40):
+            async with start_daemon(bridge_exe, tmp_path, clean_env, config, extra_env={"NOTIFY_SOCKET": notify.path}) as d:
+                await notify.wait_for(lambda s: s == ["READY"])
+                for n, text in enumerate(
+                    [
+                        "this is [not toml",
+                        toml(base_config(tmp_path, {"demo": {"back": {"kind": "demo", "chunk_delay": 1}}})),
+                        toml(base_config(tmp_path, {})),
+                    ],
+                    start=2,
+                ):
+                    d.config.write_text(text)
+                    await _reload(d, notify, n)
+                    last = [m for _, m in notify.snapshot() if m.get("READY") == "1"][-1]
+                    assert "reload failed" in last["STATUS"], last
+                log = d.log_text()
+                assert "not valid TOML" in log
+                assert "$.routes.demo.back.chunk_delay: unknown key" in log
+                assert "$.routes: at least one route is needed" in log
+                # Still serving the old configuration, on new connections too.
+                async with d.acp("demo") as c:
+                    await c.init()
+                    sid = await c.new()
+                    assert (await c.result("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})) == {
+                        "stopReason": "end_turn"
+                    }
+                status, body = await d.get("/metrics")
+                assert b'agent_bridge_reloads_total{result="failed"} 3.0' in body
+    finally:
+        notify.close()
+
+
+async def test_routes_added_changed_and_removed_while_a_turn_runs(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    notify = Notifications(tmp_path / "notify.sock")
+    routes = {
+        "keep": {**demo_route(), "title": "Old title"},
+        "gone": demo_route(chunk_delay_s=0.05, slow_duration_s=2.0),
+    }
+    config = base_config(tmp_path, routes)
+    try:
+        with trio.fail_after(60):
+            async with start_daemon(bridge_exe, tmp_path, clean_env, config, extra_env={"NOTIFY_SOCKET": notify.path}) as d:
+                await notify.wait_for(lambda s: s == ["READY"])
+                async with d.acp("gone") as old:
+                    await old.init()
+                    sid = await old.new()
+                    rid = await old.prompt(sid, "slow: x")
+                    await old.until(lambda: len(old.chunks(sid)) >= 3)
+
+                    new_routes = {"keep": {**demo_route(), "title": "New title"}, "added": demo_route()}
+                    d.config.write_text(toml(base_config(tmp_path, new_routes)))
+                    await _reload(d, notify, 2)
+                    assert "reloaded: 2 routes; added: added; changed: keep; removed: gone" in d.log_text()
+
+                    # The new route takes sessions; the changed one shows its new title.
+                    async with d.acp("added") as c:
+                        await c.init()
+                        s2 = await c.new()
+                        assert (await c.result("session/prompt", {"sessionId": s2, "prompt": [{"type": "text", "text": "hi"}]})) == {
+                            "stopReason": "end_turn"
+                        }
+                    async with d.acp("keep") as c:
+                        assert (await c.init())["agentInfo"]["title"] == "New title"
+                    # The removed route takes no new connection and no new session...
+                    stream = await trio.open_unix_socket(d.acp_socket)  # type: ignore[arg-type]
+                    async with stream:
+                        await stream.send_all(b'{"route": "gone"}\n')
+                        answer = await stream.receive_some(4096)
+                    assert b"no route named 'gone'" in answer
+                    refused = await old.call("session/new", {"cwd": "/tmp", "mcpServers": []})
+                    assert "gone" in refused["error"]["message"]
+
+                    # ...but its running turn finishes, within reload_grace_s (300 s by default).
+                    done = await old.response(rid, timeout=20)
+                    assert done["result"] == {"stopReason": "end_turn"}, done
+                    assert "".join(old.chunks(sid)).strip()
+                    # No new turn in that session: its route is gone, and so, once its turn ended, is it.
+                    again = await old.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "more"}]})
+                    assert again["error"]["code"] == -32002, again  # not found (ACP)
+                    assert "removed" in again["error"]["message"] or "closed" in again["error"]["message"], again
+    finally:
+        notify.close()
+
+
+async def test_a_removed_routes_turn_is_cancelled_after_the_grace_period(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    routes = {"keep": demo_route(), "gone": demo_route(chunk_delay_s=0.05, slow_duration_s=30.0)}
+    config = base_config(tmp_path, routes, daemon={"reload_grace_s": 0.5})
+    with trio.fail_after(40):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            async with d.acp("gone") as old:
+                await old.init()
+                sid = await old.new()
+                rid = await old.prompt(sid, "slow: x")
+                await old.until(lambda: len(old.chunks(sid)) >= 2)
+                d.config.write_text(toml(base_config(tmp_path, {"keep": demo_route()}, daemon={"reload_grace_s": 0.5})))
+                d.signal(signal.SIGHUP)
+                done = await old.response(rid, timeout=15)
+                assert done["result"] == {"stopReason": "cancelled"}, done
+            assert "turn(s) of removed routes cancelled after 0.5 s" in d.log_text()
