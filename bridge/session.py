@@ -120,6 +120,7 @@ class Turn:
         self._answers: dict[str, tuple[Question, trio.Event, list[QuestionAnswered]]] = {}
         self.scope: trio.CancelScope | None = None
         self.started = time.monotonic()
+        self.first_seq = 0  # the seq of its TurnStarted event
         self.first_event_at: float | None = None  # the back's first event (a metric)
 
     # -- TurnHandle -------------------------------------------------------------
@@ -272,13 +273,17 @@ class Session:
         await trio.lowlevel.checkpoint()
 
     def subscribe(self, sub: Subscriber) -> Callable[[], None]:
-        self._subscribers.append(sub)
-        self._protocols.append(_protocol_of(sub))
+        # Copy on write: `_emit` iterates the list it found, so a subscriber that
+        # (un)subscribes during a delivery never makes another one miss that event,
+        # and the hot path pays nothing for it.
+        self._subscribers = [*self._subscribers, sub]
+        self._protocols = [*self._protocols, _protocol_of(sub)]
 
         def unsubscribe() -> None:
             if sub in self._subscribers:
-                del self._protocols[self._subscribers.index(sub)]
-                self._subscribers.remove(sub)
+                i = self._subscribers.index(sub)
+                self._subscribers = self._subscribers[:i] + self._subscribers[i + 1 :]
+                self._protocols = self._protocols[:i] + self._protocols[i + 1 :]
 
         return unsubscribe
 
@@ -333,6 +338,7 @@ class Session:
         if self.record.title is None:
             self.record.title = " ".join(text_of(content).split())[:80] or None
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content))
+        turn.first_seq = self._seq
         self._nursery.start_soon(self._run_turn, turn)
         return turn
 
@@ -356,9 +362,11 @@ class Session:
         started = time.time()
         set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id)
         log.info("turn started")
-        await self.manager.store.put_turn(
-            TurnRecord(turn_id=turn.turn_id, session_id=self.id, started_at=started, first_seq=self._seq)
-        )
+        # The start record is written beside the back's start, not before it: it is
+        # not on any client's path (the TurnStarted event already is in the log).
+        assert self._nursery is not None
+        start_stored = trio.Event()
+        self._nursery.start_soon(self._store_turn_start, turn, started, start_stored)
         stop, error = StopReason.END_TURN, None
         limit = self.route.turn_timeout_s or math.inf
         with trio.CancelScope() as scope:
@@ -378,9 +386,20 @@ class Session:
         if turn.cancel_requested:
             # ACP §cancellation: once cancelled, the answer is `cancelled`, never an error.
             stop, error = StopReason.CANCELLED, None
-        await self._end_turn(turn, stop, error, started)
+        await self._end_turn(turn, stop, error, started, start_stored)
 
-    async def _end_turn(self, turn: Turn, stop: StopReason, error: TurnError | None, started: float) -> None:
+    async def _store_turn_start(self, turn: Turn, started: float, done: trio.Event) -> None:
+        try:
+            with trio.CancelScope(shield=True):
+                await self.manager.store.put_turn(
+                    TurnRecord(turn_id=turn.turn_id, session_id=self.id, started_at=started, first_seq=turn.first_seq)
+                )
+        finally:
+            done.set()
+
+    async def _end_turn(
+        self, turn: Turn, stop: StopReason, error: TurnError | None, started: float, start_stored: trio.Event
+    ) -> None:
         for qid in list(turn.machine.open_questions):
             turn._resolve(qid, QuestionAnswered(question_id=qid, cancelled=True, by="user"))
         turn.machine.apply(TurnInput.END)
@@ -388,12 +407,13 @@ class Session:
         self._emit(ended)
         with trio.CancelScope(shield=True):
             await self.flush()
+            await start_stored.wait()  # the end record must not be overwritten by the start
             await self.manager.store.put_turn(
                 TurnRecord(
                     turn_id=turn.turn_id,
                     session_id=self.id,
                     started_at=started,
-                    first_seq=0,
+                    first_seq=turn.first_seq,
                     ended_at=time.time(),
                     last_seq=ended.seq,
                     stop_reason=stop.value,
