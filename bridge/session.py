@@ -20,6 +20,13 @@ so every front reports the cancellation its own way from `TurnEnded(cancelled)`;
 `reconfigure(config)` swaps routes (removed routes' sessions are `retired`: no new
 turns); an optional `observer` (bridge/metrics.py) hears of sessions, turns and back
 errors once each, and of delivered events once per store flush, never per event.
+
+Slash commands (bridge/prompts): `SessionManager.prompts` runs the prompt sources in
+the manager's nursery. A session's commands are its back's own plus its route's
+prompts (`commands()`); it emits `CommandsAvailable` again whenever they change. A
+prompt starting with `/name` is resolved in `start_turn` (an unknown command or a
+missing argument raises InvalidParams: no turn starts) and expanded inside the turn
+before the back sees it (a source that fails it fails the turn, `PromptError`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from bridge.backs.base import Back, BackSession, ClientServices, SessionContext
 from bridge.config import Config, Route
 from bridge.core.content import ContentBlock, text_of
 from bridge.core.events import (
+    CommandInfo,
+    CommandsAvailable,
     ConfigOption,
     ConfigValue,
     Event,
@@ -55,6 +64,7 @@ from bridge.core.events import (
 from bridge.core.turn import TurnInput, TurnMachine, TurnState
 from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
 from bridge.logs import set_log_ids
+from bridge.prompts.registry import Invocation, PromptRegistry
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
 
 __all__ = ["Session", "SessionManager", "Subscriber", "Turn", "TurnObserver"]
@@ -63,7 +73,7 @@ log = logging.getLogger("bridge.session")
 
 # Pending events that wake the flusher early, and the bound past which a producing
 # back waits for the store (backpressure keeps unstored events bounded in memory).
-_FLUSH_AT_EVENTS = 4096
+_FLUSH_AT_EVENTS = 16384
 _MAX_PENDING_EVENTS = 65536
 
 
@@ -122,6 +132,7 @@ class Turn:
         self.started = time.monotonic()
         self.first_seq = 0  # the seq of its TurnStarted event
         self.first_event_at: float | None = None  # the back's first event (a metric)
+        self.invocation: Invocation | None = None  # a `/prompt args` to expand before the back runs
 
     # -- TurnHandle -------------------------------------------------------------
     @property
@@ -134,6 +145,8 @@ class Turn:
     def emit(self, event: Event) -> None:
         if self.first_event_at is None:
             self.first_event_at = time.monotonic()
+        if type(event) is CommandsAvailable:
+            event.commands = self.session._with_prompts(event.commands)
         self.session._emit(event)
 
     async def flow(self) -> None:
@@ -204,6 +217,9 @@ class Session:
         self._pending: list[Event] = []
         self._flush_lock = trio.Lock()
         self._flush_soon = trio.Event()
+        # Set by the first event after a flush: an idle session's flusher sleeps on it,
+        # with no timer, so many idle live sessions cost no wake-ups.
+        self._has_pending = trio.Event()
         self._back_session: BackSession | None = None
         self._back_lock = trio.Lock()
         self.turn: Turn | None = None
@@ -214,16 +230,21 @@ class Session:
         self.back_options: list[ConfigOption] = []  # what the back's agent offers
         # Its route was removed by a reload: the running turn may finish, no new one starts.
         self.retired = False
+        self._announced: list[CommandInfo] | None = None  # the commands last emitted
 
     # -- lifecycle ------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                nursery.start_soon(self._flusher)
-                task_status.started()
-                await self._closed.wait()
-                nursery.cancel_scope.cancel()
+            unlisten = self.manager.prompts.listen(self.record.route, self._prompts_changed)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._flusher)
+                    task_status.started()
+                    await self._closed.wait()
+                    nursery.cancel_scope.cancel()
+            finally:
+                unlisten()
         finally:
             with trio.move_on_after(5, shield=True):
                 if self._back_session is not None:
@@ -241,7 +262,27 @@ class Session:
 
     # -- SessionHost (what a back may use outside a turn) ----------------------------
     def emit(self, event: Event) -> None:
+        if type(event) is CommandsAvailable:
+            event.commands = self._with_prompts(event.commands)
         self._emit(event)
+
+    # -- slash commands -------------------------------------------------------------
+    def commands(self) -> list[CommandInfo]:
+        """The back's own commands, then the route's prompts (a prompt hides a back command of its name)."""
+        return self._with_prompts(self.back.info.commands)
+
+    def _with_prompts(self, back_commands: list[CommandInfo]) -> list[CommandInfo]:
+        commands = self.manager.prompts.merged(self.record.route, back_commands)
+        self._announced = commands
+        return commands
+
+    def _prompts_changed(self) -> None:
+        if self._closed.is_set():
+            return
+        commands = self.manager.prompts.merged(self.record.route, self.back.info.commands)
+        if commands != self._announced:
+            self._announced = commands
+            self._emit(CommandsAvailable(commands=commands))
 
     def set_back_options(self, options: list[ConfigOption]) -> None:
         self.back_options = options
@@ -256,6 +297,8 @@ class Session:
     def _emit(self, event: Event) -> None:
         self._seq += 1
         event.seq = self._seq
+        if not self._pending:
+            self._has_pending.set()
         self._pending.append(event)
         for sub in self._subscribers:
             sub.deliver(event)
@@ -316,9 +359,11 @@ class Session:
     async def _flusher(self) -> None:
         interval = self.manager.config.store.flush_interval_s
         while True:
+            await self._has_pending.wait()
             with trio.move_on_after(interval):
                 await self._flush_soon.wait()
             self._flush_soon = trio.Event()
+            self._has_pending = trio.Event()
             if self._pending:
                 await self.flush()
 
@@ -333,7 +378,10 @@ class Session:
             raise NotFound(f"route {self.record.route!r} of session {self.id} was removed from the configuration")
         if not self.manager.accepting:
             raise BackUnavailable(self.manager.refusal)
+        back_commands = [c.name for c in self.back.info.commands]
+        invocation = self.manager.prompts.resolve(self.record.route, content, back_commands)  # InvalidParams: no turn
         turn = Turn(self, new_id(), content)
+        turn.invocation = invocation
         self.turn = turn
         if self.record.title is None:
             self.record.title = " ".join(text_of(content).split())[:80] or None
@@ -373,6 +421,9 @@ class Session:
             turn.scope = scope
             try:
                 with trio.fail_after(limit):
+                    if turn.invocation is not None:
+                        # The back gets the prompt's messages; the log keeps what the user typed.
+                        turn.prompt = await self.manager.prompts.expand(turn.invocation)
                     back = await self._ensure_back()
                     stop = await back.prompt(turn)
             except BackError as exc:
@@ -546,10 +597,12 @@ class SessionManager:
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
         self.refusal = "the bridge is shutting down"
         self._aborted = False
+        self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.prompts.run)
             task_status.started()
             await trio.sleep_forever()
 
@@ -639,6 +692,7 @@ class SessionManager:
         Returns the backs no new session will use (of changed and removed routes, by
         route name) and the sessions retired."""
         old, self.config = self.config, config
+        self.prompts.reconfigure(config)
         dropped = {
             name: self._backs.pop(name)
             for name in list(self._backs)

@@ -82,7 +82,7 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
     if t is ev.MessageChunk:
         e: Any = event
         cls = acp.AgentThoughtChunk if e.thought else acp.AgentMessageChunk
-        return cls(content=e.content, message_id=e.message_id, meta=_meta(event))
+        return cls(content=e.content, message_id=e.message_id, meta=None if e.parent_tool_call_id is None else _meta(e))
     if t is ev.ToolCallStarted:
         e = event
         return acp.ToolCall(

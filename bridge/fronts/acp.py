@@ -12,6 +12,7 @@ Protocol reference: protocols.md §1; agentclientprotocol.com/protocol/v1.
 from __future__ import annotations
 
 import base64
+import functools
 import datetime as dt
 import logging
 import os
@@ -101,6 +102,8 @@ class _Attached:
         for event in held:
             if event.seq > after_seq:
                 self.conn._deliver(self.session, event)
+        # From now on events go straight to the connection: one call less per event.
+        self.deliver = functools.partial(self.conn._deliver, self.session)  # type: ignore[method-assign]
 
     def congested(self) -> bool:
         return self.conn.outbox.congested()
@@ -353,7 +356,7 @@ class AcpConnection:
         return att
 
     def _announce_commands(self, session: Session) -> None:
-        commands = session.back.info.commands
+        commands = session.commands()  # the back's own and the route's prompts (bridge/prompts)
         if commands:
             self._deliver(session, CommandsAvailable(commands=commands))
 

@@ -19,12 +19,13 @@ __all__ = ["Outbox"]
 
 
 class Outbox:
-    __slots__ = ("max_items", "_items", "_readable", "_drained", "_closed")
+    __slots__ = ("max_items", "_items", "_readable", "_reader_waiting", "_drained", "_closed")
 
     def __init__(self, max_items: int) -> None:
         self.max_items = max_items
         self._items: deque[Any] = deque()
         self._readable = trio.lowlevel.ParkingLot()
+        self._reader_waiting = False  # a plain flag: ParkingLot's len() is a Python call per put
         self._drained = trio.lowlevel.ParkingLot()
         self._closed = False
 
@@ -35,7 +36,8 @@ class Outbox:
         if self._closed:
             return  # the peer is gone; nothing more can reach it
         self._items.append(item)
-        if self._readable:
+        if self._reader_waiting:
+            self._reader_waiting = False
             self._readable.unpark()
 
     def congested(self) -> bool:
@@ -50,6 +52,7 @@ class Outbox:
         while not self._items:
             if self._closed:
                 return []
+            self._reader_waiting = True
             await self._readable.park()
         items = list(self._items)
         self._items.clear()
