@@ -136,6 +136,26 @@ def acp(
 @state_option
 @log_option
 @log_format_option
+def mcp(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
+    """Speak MCP on stdin/stdout: every route's prompts (and their completions), every route as a tool."""
+    import trio
+
+    from bridge.daemon import run_mcp_stdio
+
+    config = _load(config_path)
+    _setup_logging(log_level or config.log_level, log_format)
+    # Only protocol may reach stdout (as for `acp`).
+    stdout_fd = os.dup(1)
+    stdin_fd = os.dup(0)
+    os.dup2(2, 1)
+    trio.run(run_mcp_stdio, config, _state_dir(config, state_dir), stdin_fd, stdout_fd)
+
+
+@main.command()
+@config_option
+@state_option
+@log_option
+@log_format_option
 def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
     """Run the daemon: every HTTP front on the configured listener, ACP on a unix socket.
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from bridge.errors import ConfigError
+from bridge.prompts.config import McpFrontConfig, PromptSource, PromptTemplate, check_prompts
 
 __all__ = [
     "A2ABack",
@@ -28,6 +29,7 @@ __all__ = [
     "AcpMcpServer",
     "AcpFrontConfig",
     "BackConfig",
+    "ChatBack",
     "Config",
     "DaemonConfig",
     "DemoBack",
@@ -173,7 +175,57 @@ class A2ABack(_Conf, tag="a2a", tag_field="kind"):
         return f"A2ABack(url={self.url!r}, card_url={self.card_url!r}, headers={_hidden(self.headers)})"
 
 
-BackConfig = DemoBack | AcpBack | A2ABack
+class ChatBack(_Conf, tag="chat", tag_field="kind"):
+    """A remote agent platform on the chat event stream (bridge/backs/chat.py): another
+    agent-bridge's `/ws` (dialect "ws") or Blade's Socket.IO API (dialect "socketio",
+    Engine.IO v4 over WebSocket only), protocols.md §4.
+
+    Secrets are named, never written here: `token_env` / `token_file` are read when a
+    connection is made (a relative `token_file` in $CREDENTIALS_DIRECTORY when set).
+    """
+
+    # ws:// or wss:// (http:// and https:// mean the same); for "socketio" the Socket.IO
+    # path, e.g. wss://host/socket.io/
+    url: str
+    dialect: Literal["ws", "socketio"] = "ws"
+    # POST /api/sessions and GET /api/sessions/{id}/messages live here; default: url's origin.
+    rest_url: str | None = None
+    token_env: str | None = None
+    token_file: str | None = None
+    namespace: str = "/"  # the Socket.IO namespace
+    # Merged into the POST /api/sessions body (e.g. {route = "demo"} for an agent-bridge peer).
+    session_params: dict[str, str | int | float | bool] = {}
+    ca_file: str | None = None  # PEM bundle to trust instead of the system's CAs
+    connect_timeout_s: PositiveSeconds = 10.0  # connect, handshake and subscribe
+    request_timeout_s: PositiveSeconds = 30.0  # one REST call
+    first_event_timeout_s: PositiveSeconds = 60.0  # chat:send until the run's first frame
+    idle_timeout_s: PositiveSeconds = 300.0  # silence in a running run before the turn fails
+    # "ws": our WebSocket pings (a pong must come back within the interval); None: none.
+    # "socketio" follows the server's own pingInterval/pingTimeout.
+    ping_interval_s: PositiveSeconds | None = 30.0
+    reconnect_attempts: Annotated[int, msgspec.Meta(ge=0)] = 5
+    reconnect_backoff_s: PositiveSeconds = 0.25  # doubled after each failed attempt
+    reconnect_max_backoff_s: PositiveSeconds = 5.0
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
+    # Frames read ahead of the turn; when full, reading pauses (backpressure on the socket).
+    queue_max_frames: Annotated[int, msgspec.Meta(ge=16)] = 1024
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^(wss?|https?)://[^/\s]+", self.url):
+            raise ValueError(f"url: {self.url!r} is not a ws://, wss://, http:// or https:// URL")
+        if self.rest_url is not None and not re.match(r"^https?://[^/\s]+", self.rest_url):
+            raise ValueError(f"rest_url: {self.rest_url!r} is not an http:// or https:// URL")
+        if self.token_env and self.token_file:
+            raise ValueError("set token_env or token_file, not both")
+        if not self.namespace.startswith("/") or "," in self.namespace:
+            raise ValueError(f"namespace: {self.namespace!r} must start with '/' and hold no ','")
+
+    def __repr__(self) -> str:
+        url = self.url.partition("?")[0]  # a query may carry a key
+        return f"ChatBack(url={url!r}, dialect={self.dialect!r}, session_params={_hidden(self.session_params)})"
+
+
+BackConfig = DemoBack | AcpBack | A2ABack | ChatBack
 
 
 class OptionValue(_Conf):
@@ -275,6 +327,12 @@ class Route(_Conf):
     cancel_grace_s: PositiveSeconds = 5.0
     # A whole turn may run at most this long; None: no limit.
     turn_timeout_s: PositiveSeconds | None = None
+    # Slash commands (bridge/prompts/config.py): the route's own prompt templates and MCP
+    # prompt sources, beside the shared `[prompts.*]` and `[[prompt_sources]]` unless
+    # `shared_prompts` is false.
+    prompts: dict[str, PromptTemplate] = {}
+    prompt_sources: list[PromptSource] = []
+    shared_prompts: bool = True
 
 
 class AcpFrontConfig(_Conf):
@@ -408,6 +466,9 @@ class A2AFrontConfig(_Conf):
     # A session the A2A front opened is closed (its agent freed) after this long with no
     # task running or waiting for input; a later message on its context reopens it.
     idle_close_s: PositiveSeconds = 300.0
+    # At most this many such idle sessions stay open (the longest idle is closed first):
+    # memory stays bounded when every message opens a new context.
+    max_idle_sessions: Annotated[int, msgspec.Meta(ge=0)] = 64
 
     def __post_init__(self) -> None:
         if self.public_url is not None and not re.match(r"^https?://[^/\s]+", self.public_url):
@@ -426,6 +487,10 @@ class Config(_Conf):
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
     daemon: DaemonConfig = DaemonConfig()
+    mcp: McpFrontConfig = McpFrontConfig()
+    # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
+    prompts: dict[str, PromptTemplate] = {}
+    prompt_sources: list[PromptSource] = []
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def route(self, name: str) -> Route:
@@ -436,6 +501,7 @@ _SECTIONS: dict[str, Any] = {
     "a2a": A2AFrontConfig,
     "acp": AcpFrontConfig,
     "daemon": DaemonConfig,
+    "mcp": McpFrontConfig,
     "server": ServerConfig,
     "store": StoreConfig,
     "ws": WsFrontConfig,
@@ -518,6 +584,8 @@ def parse_config(raw: dict[str, Any]) -> Config:
     server = sections.get("server")
     if server is not None and _split_listen(server.listen) is None:
         problems.append(f"$.server.listen: expected HOST:PORT, got {server.listen!r}")
+    if top is not None:
+        problems += check_prompts(msgspec.structs.replace(top, routes=routes))
     if problems or top is None:
         raise ConfigError(problems)
     return msgspec.structs.replace(top, routes=routes, **sections)

@@ -1,7 +1,8 @@
 """Process-level wiring: open the store, run the session manager, serve fronts.
 
 `run_acp_stdio` is what `agent-bridge acp ROUTE` runs (the route in-process, no
-daemon needed). `open_runtime` is shared by every entry point.
+daemon needed), `run_mcp_stdio` what `agent-bridge mcp` runs. `open_runtime` is shared
+by every entry point.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bridge.config import Config
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
 
-__all__ = ["build_app", "default_state_dir", "hyper_config", "open_runtime", "run_acp_stdio", "serve"]
+__all__ = ["build_app", "default_state_dir", "hyper_config", "open_runtime", "run_acp_stdio", "run_mcp_stdio", "serve"]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -65,6 +66,17 @@ async def run_acp_stdio(config: Config, route: str, state_dir: str | None, stdin
             nursery.cancel_scope.cancel()
 
 
+async def run_mcp_stdio(config: Config, state_dir: str | None, stdin_fd: int, stdout_fd: int) -> None:
+    """The MCP front on stdio: every route's prompts, every route as a tool (bridge/fronts/mcp.py)."""
+    from bridge.fronts.mcp import serve_mcp_stdio
+
+    async with open_runtime(config, state_dir) as manager:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+            await serve_mcp_stdio(config, manager, stdin_fd, stdout_fd)
+            nursery.cancel_scope.cancel()
+
+
 async def _stop_on_signal(scope: trio.CancelScope) -> None:
     """Editors end the agent they spawned with SIGTERM (or SIGHUP when they go away):
     stop as on EOF, so every session closes and no agent process outlives us."""
@@ -102,6 +114,17 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     streams = ChatStreams(config.ws, manager)
     app.websocket("/ws", WsFront(config, manager, streams, access))
     rest.register(app, config, manager, streams, access)
+
+    # The A2A front: every route as an A2A agent at /a2a/{route} (protocols.md §2).
+    from bridge.fronts import a2a
+
+    a2a.register(app, config, manager)
+
+    # The MCP front: /mcp, Streamable HTTP (protocols.md §3); the SDK loads in the background.
+    if config.mcp.enabled:
+        from bridge.fronts import mcp_http
+
+        mcp_http.register(app, config, manager)
     if metrics is not None:
         from bridge.health import CountConnections
 

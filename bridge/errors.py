@@ -14,7 +14,8 @@
     │   └── RequestCancelled the peer cancelled its own request
     ├── BackError            the back (the agent we relay to) failed: WARNING, turn fails
     │   ├── BackUnavailable  it could not be reached or started
-    │   └── BackAuthRequired the agent wants the user to authorize first (A2A AUTH_REQUIRED)
+    │   ├── BackAuthRequired the agent wants the user to authorize first (A2A AUTH_REQUIRED)
+    │   └── PromptError      a slash command could not be expanded (its MCP source is down or refused)
     ├── ConfigError          the configuration is invalid: exit 78 (EX_CONFIG)
     └── InternalError        our bug: log ERROR with the traceback
 
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidRequest",
     "MethodNotFound",
     "NotFound",
+    "PromptError",
     "ParseError",
     "PeerError",
     "RequestCancelled",
@@ -116,6 +118,11 @@ class BackAuthRequired(BackError):
     ACP answers the prompt with auth_required (-32000), protocols.md §6.4."""
 
 
+class PromptError(BackError):
+    """A prompt (slash command) could not be had from its source: the turn fails with
+    this message before the back sees anything (bridge/prompts)."""
+
+
 class ConfigError(BridgeError):
     """Carries every problem found, each as `$.path: message`."""
 
@@ -150,6 +157,7 @@ CODES: dict[type[BridgeError], Codes] = {
     RequestCancelled: Codes(-32800, -32603, 499, 1000),
     BackUnavailable: Codes(-32603, -32603, 502, 1011),
     BackAuthRequired: Codes(-32000, -32600, 401, 4401),
+    PromptError: Codes(-32603, -32603, 502, 1011),
     BackError: Codes(-32603, -32006, 502, 1011),
     ConfigError: Codes(-32603, -32603, 500, 1011),
     InternalError: Codes(-32603, -32603, 500, 1011),

@@ -42,7 +42,7 @@ log = logging.getLogger("bridge.reload")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PREFIX = "agent-bridge_"  # LoadCredential=agent-bridge:/etc/agent-bridge/credentials
-_RESTART_ONLY = ("server", "store", "ws", "daemon")
+_RESTART_ONLY = ("server", "store", "ws", "daemon", "mcp")
 
 
 def import_credentials(config: Config) -> list[str]:

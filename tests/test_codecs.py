@@ -49,6 +49,7 @@ from bridge.errors import (
     NotFound,
     ParseError,
     PeerError,
+    PromptError,
     RequestCancelled,
 )
 from bridge.schema import acp
@@ -382,6 +383,7 @@ ALL_ERRORS: list[BridgeError] = [
     RequestCancelled("c"),
     BackUnavailable("u"),
     BackAuthRequired("sign in"),
+    PromptError("/review: its source is down"),
     BackError("e"),
     ConfigError(["$.x: bad"]),
     InternalError("i"),

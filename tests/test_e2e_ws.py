@@ -56,12 +56,17 @@ class Client:
     def __init__(self, conn: WebSocketConnection) -> None:
         self.conn = conn
         self.frames: list[dict[str, Any]] = []
+        self.commands: list[dict[str, Any]] = []  # session:commands (state, no sequence; tests/test_e2e_mcp.py)
 
     async def send(self, event: str | None = None, **data: Any) -> None:
         await self.conn.send_message(json.dumps({"event": event, "data": data} if event else data))
 
     async def recv(self) -> dict[str, Any]:
-        frame = json.loads(await self.conn.get_message())
+        while True:
+            frame = json.loads(await self.conn.get_message())
+            if frame["event"] != "session:commands":
+                break
+            self.commands.append(frame)
         self.frames.append(frame)
         return frame
 

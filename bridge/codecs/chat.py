@@ -45,12 +45,14 @@ from bridge.schema.chat import (
     Block,
     ChatEnd,
     ChatStart,
+    CommandItem,
+    SessionCommands,
     SetToolStatus,
     SystemError,
     Usage,
 )
 
-__all__ = ["ChatProjector", "ChatReader", "Frame", "TOOL_STATUS", "encode_frame"]
+__all__ = ["ChatProjector", "ChatReader", "Frame", "TOOL_STATUS", "commands_frame", "encode_frame"]
 
 _TURN_STATUS = {
     ev.StopReason.CANCELLED: "interrupted",
@@ -243,3 +245,9 @@ _HANDLERS: dict[type, Callable[[ChatProjector, Any], None]] = {
     ev.UsageReported: ChatProjector._usage,
     ev.TurnEnded: ChatProjector._turn_ended,
 }
+
+
+def commands_frame(session_id: str, commands: list[ev.CommandInfo]) -> bytes:
+    """`session:commands {session_id, commands}`: the session's slash commands, complete."""
+    items = [CommandItem(name=c.name, description=c.description, hint=c.hint) for c in commands]
+    return encode_frame("session:commands", SessionCommands(session_id=session_id, commands=items))

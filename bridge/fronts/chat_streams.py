@@ -25,9 +25,9 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from bridge.codecs.chat import ChatProjector
+from bridge.codecs.chat import ChatProjector, commands_frame
 from bridge.config import WsFrontConfig
-from bridge.core.events import Event
+from bridge.core.events import CommandsAvailable, Event
 from bridge.errors import NotFound
 from bridge.schema.chat import RunOptions, TurnProjection
 from bridge.session import Session, SessionManager
@@ -115,6 +115,11 @@ class _Stream:
             return
         if self._pending is not None:
             self._pending.append(event)
+            return
+        if type(event) is CommandsAvailable:  # state, outside the run log: no sequence
+            text = commands_frame(self.session.id, event.commands).decode()
+            for watcher in list(self.watchers):
+                watcher.push([(0, text)])
             return
         try:
             frames = self.projector.feed(event)

@@ -3,7 +3,9 @@
 hypercorn (trio worker) serves one `HttpApp` on one port. A front registers its
 paths (`add` for HTTP, `websocket` for WebSocket) with a handler taking the ASGI
 triple and the path's named groups. Errors a handler raises as `BridgeError` become
-`{"detail": ...}` JSON with the status from `bridge/errors.py`.
+`{"detail": ...}` JSON with the status from `bridge/errors.py`. A front that needs tasks
+for the listener's whole life (the MCP front's session manager) registers them with
+`background`: they run from the ASGI lifespan startup to its shutdown.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+import trio
 
 from bridge.errors import BridgeError, FrameTooLarge, InvalidRequest, PeerError, codes_for
 
@@ -71,6 +74,7 @@ class HttpApp:
     def __init__(self) -> None:
         self._http: list[tuple[str, re.Pattern[str], Handler]] = []
         self._ws: list[tuple[re.Pattern[str], Handler]] = []
+        self._background: list[Callable[..., Awaitable[None]]] = []
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         """`path` may hold `{name}` segments; they reach the handler by name."""
@@ -79,10 +83,14 @@ class HttpApp:
     def websocket(self, path: str, handler: Handler) -> None:
         self._ws.append((_compile(path), handler))
 
+    def background(self, run: Callable[..., Awaitable[None]]) -> None:
+        """`run(task_status=...)` runs beside the listener (lifespan startup to shutdown)."""
+        self._background.append(run)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
+            await self._lifespan(receive, send)
         elif kind == "http":
             await self._serve_http(scope, receive, send)
         elif kind == "websocket":
@@ -122,16 +130,20 @@ class HttpApp:
         await receive()  # websocket.connect
         await send({"type": "websocket.close", "code": 4404})
 
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    for run in self._background:
+                        await nursery.start(run)
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    nursery.cancel_scope.cancel()
+                    break
+        await send({"type": "lifespan.shutdown.complete"})
+
 
 def _compile(path: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path))
 
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

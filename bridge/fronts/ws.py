@@ -34,7 +34,7 @@ import msgspec
 import trio
 
 from bridge.codecs import chat_parts
-from bridge.codecs.chat import encode_frame
+from bridge.codecs.chat import commands_frame, encode_frame
 from bridge.config import Config
 from bridge.errors import (
     AuthRequired,
@@ -389,6 +389,8 @@ class _Connection:
             self._put(
                 encode_frame("session:subscribed", chat.Subscribed(session_id=session_id, sequence=sequence)).decode()
             )
+        if self.close_code is None:  # its slash commands; again whenever they change (chat_streams)
+            self._put(commands_frame(session_id, session.commands()).decode())
         return session
 
     async def _send(self, p: chat.SendMessage) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "ChatEnd",
     "ChatStart",
     "ClientFrame",
+    "CommandItem",
     "FileItem",
     "ImageUrl",
     "ImageUrlItem",
@@ -36,6 +37,7 @@ __all__ = [
     "RunOptions",
     "SendMessage",
     "ServerFrame",
+    "SessionCommands",
     "SessionRef",
     "SetStatus",
     "SetToolStatus",
@@ -270,3 +272,20 @@ class Subscribed(_Chat, kw_only=True):
 
     session_id: str
     sequence: int
+
+
+class CommandItem(_Chat, kw_only=True):
+    """A slash command: `/name` followed by what `hint` describes (its arguments)."""
+
+    name: str
+    description: str
+    hint: str | None = None
+
+
+class SessionCommands(_Chat, kw_only=True):
+    """`session:commands`: every slash command of the session (the agent's own and the
+    route's prompts), sent after `session:subscribed` and again whenever they change.
+    State, not part of a run: it carries no sequence and is not replayed."""
+
+    session_id: str
+    commands: list[CommandItem]

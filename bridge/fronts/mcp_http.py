@@ -1,0 +1,171 @@
+"""`/mcp` on the daemon's listener: the MCP front over Streamable HTTP (protocols.md §3.8).
+
+The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
+`MCP-Session-Id`, SSE); this module stands in front of it:
+
+- Access, before the SDK sees the request: a browser page's `Origin` must be a
+  loopback one or in `[mcp] allowed_origins` (403 otherwise; DNS rebinding); on a
+  loopback listener the `Host` must name loopback too; with a token (`[mcp]`'s, else
+  the listener's `[ws]` one), `Authorization: Bearer` must carry it (401).
+- The SDK is imported in a worker thread when the listener starts (~0.75 s, so the
+  daemon's start does not wait for it); a request that comes first waits for it.
+- Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
+  closed and new ones refused, so an idle client's notification stream does not hold
+  the listener until its graceful timeout; calls in progress finish (their turns are
+  drained like any other).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from typing import Any
+
+import msgspec
+import trio
+
+from bridge.config import Config
+from bridge.fronts.http import HttpApp, Scope, header
+from bridge.prompts.registry import load_module
+from bridge.session import SessionManager
+
+__all__ = ["McpHttp", "register"]
+
+log = logging.getLogger("bridge.fronts.mcp")
+
+_LOOPBACK_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.I)
+_LOOPBACK_HOST = re.compile(r"^(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.I)
+_LOOPBACK_ADDRESSES = {"127.0.0.1", "::1", "localhost"}
+_READY_WAIT_S = 30.0
+
+
+def register(app: HttpApp, config: Config, manager: SessionManager) -> McpHttp:
+    front = McpHttp(config, manager)
+    for method in ("POST", "GET", "DELETE"):
+        app.add(method, "/mcp", front)
+    app.background(front.run)
+    return front
+
+
+class McpHttp:
+    def __init__(self, config: Config, manager: SessionManager) -> None:
+        self.config = config
+        self.manager = manager
+        cfg = config.mcp
+        if cfg.token_required:
+            self._token, where = cfg.token(), "[mcp]"
+        elif config.ws.token_required:
+            self._token, where = config.ws.token(), "[ws]"
+        else:
+            self._token, where = None, None
+        self._token_required = where is not None
+        if self._token_required and self._token is None:
+            log.error("%s names a token for /mcp but gives none: every MCP client is refused", where)
+        self._origins = frozenset(o.rstrip("/") for o in cfg.allowed_origins)
+        self._sm: Any = None
+        self._ready = trio.Event()
+        self._stopping = False
+
+    # -- the engine ---------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            mcp = await load_module("bridge.fronts.mcp")
+            from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+            from mcp.server.transport_security import TransportSecuritySettings
+        except ImportError as exc:
+            log.error("the MCP front cannot start: %s (pip install mcp)", exc)
+            self._ready.set()
+            return
+        front = mcp.McpFront(self.config, self.manager)
+        cfg = self.config.mcp
+        sm = StreamableHTTPSessionManager(
+            app=front.server,
+            # Origin and Host are checked here, before the SDK (it still checks Content-Type).
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            session_idle_timeout=cfg.session_idle_timeout_s,
+            max_sessions=cfg.max_sessions,
+            max_request_body_size=self.config.server.max_body_bytes,
+        )
+        try:
+            async with sm.run(), trio.open_nursery() as nursery:
+                await nursery.start(front.run_notifier)
+                nursery.start_soon(self._close_streams_on_stop, sm)
+                self._sm = sm
+                self._ready.set()
+                log.info("MCP front ready at /mcp")
+                await trio.sleep_forever()
+        finally:
+            self._sm = None
+
+    async def _close_streams_on_stop(self, sm: Any) -> None:
+        while self.manager.accepting:
+            await trio.sleep(0.25)
+        self._stopping = True
+        # The SDK keeps its sessions' transports privately; each may hold an open GET stream.
+        for transport in list(getattr(sm, "_server_instances", {}).values()):
+            transport.close_standalone_sse_stream()
+
+    # -- requests -----------------------------------------------------------------------
+    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+        origin = header(scope, "origin")
+        if origin is not None:
+            origin = origin.rstrip("/")
+            if not (_LOOPBACK_ORIGIN.match(origin) or "*" in self._origins or origin in self._origins):
+                return 403, f"origin {origin!r} is not allowed; add it to [mcp] allowed_origins"
+        server = scope.get("server")
+        if server and server[0] in _LOOPBACK_ADDRESSES:
+            host = header(scope, "host") or ""
+            if not _LOOPBACK_HOST.match(host):
+                return 403, f"host {host!r} is not this loopback listener"
+        if self._token_required:
+            value = header(scope, "authorization") or ""
+            scheme, _, token = value.partition(" ")
+            good = self._token is not None and scheme.lower() == "bearer"
+            if not (good and hmac.compare_digest(token.strip().encode(), self._token.encode())):  # type: ignore[union-attr]
+                return 401, "a valid bearer token is required"
+        return None
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
+        refusal = self._refusal(scope)
+        if refusal is None and self._stopping and scope["method"] == "GET":
+            refusal = 503, "the bridge is shutting down"
+        if refusal is None and self._sm is None:
+            with trio.move_on_after(_READY_WAIT_S):
+                await self._ready.wait()
+            if self._sm is None:
+                refusal = 503, "the MCP front is not available (see the daemon's log)"
+        if refusal is not None:
+            status, message = refusal
+            log.warning("MCP %s /mcp refused (%d): %s", scope["method"], status, message)
+            await _refuse(send, status, message)
+            return
+        await self._sm.handle_request(scope, receive, _shielded(send))
+
+
+def _shielded(send: Any) -> Any:
+    """The ASGI `send`, each call shielded from cancellation.
+
+    The SDK (sse-starlette) cancels its task group right after the last body message
+    of an SSE response; hypercorn does its end-of-response bookkeeping inside that
+    `send` (making the keep-alive connection idle), and a cancel landing there leaves
+    the connection neither idle nor closed: at shutdown it then holds the listener
+    until the graceful timeout. hypercorn already shields the socket write itself.
+    """
+
+    async def send_shielded(message: Any) -> None:
+        with trio.CancelScope(shield=True):
+            await send(message)
+
+    return send_shielded
+
+
+async def _refuse(send: Any, status: int, message: str) -> None:
+    """A JSON-RPC error without an id, as the SDK answers refusals (protocols.md §3.8)."""
+    body = msgspec.json.encode({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
