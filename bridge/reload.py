@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import trio
 
-from bridge.config import A2ABack, AcpBack, Config, EnvFrom, load_config
+from bridge.config import A2ABack, AcpBack, ChatBack, Config, EnvFrom, load_config
 from bridge.errors import ConfigError
 from bridge.logs import add_secret
 from bridge.session import SessionManager
@@ -78,7 +78,7 @@ def register_secrets(config: Config) -> None:
     files: list[str] = []
     for route in config.routes.values():
         back: Any = route.back
-        if isinstance(back, A2ABack):
+        if isinstance(back, (A2ABack, ChatBack)):
             envs += [back.token_env] if back.token_env else []
             files += [back.token_file] if back.token_file else []
         if isinstance(back, AcpBack):

@@ -23,4 +23,8 @@ def make_back(name: str, route: Route) -> Back:
         from bridge.backs.a2a import A2ABack
 
         return A2ABack(name, route)
+    if kind == "chat":
+        from bridge.backs.chat import ChatBack
+
+        return ChatBack(name, route)
     raise ValueError(f"unknown back kind {kind!r}")  # config validation makes this unreachable

@@ -136,9 +136,16 @@ class ChatReader:
         self._texts: dict[tuple[str, Any], str] = {}
         self._tools: dict[str, str] = {}
         self._asks: dict[str, ev.Question] = {}
+        self._answered: set[str] = set()  # asks whose answer the back sent (`answered`)
 
     def open_questions(self) -> list[ev.Question]:
         return list(self._asks.values())
+
+    def answered(self, tool_call_id: str) -> None:
+        """The back sent the answer to this AskUserQuestion: it no longer holds the run
+        open, even if the server never reports the call's result (§4.5)."""
+        if self._asks.pop(tool_call_id, None) is not None:
+            self._answered.add(tool_call_id)  # its result or status may still come: not a tool
 
     def feed(self, frame: bytes | str) -> list[ev.Event]:
         try:
@@ -226,7 +233,7 @@ class ChatReader:
             return self._tool_result(parent, _decode(p.data, ToolResult))
         if p.patch_type == "set_tool_status":
             d: SetToolStatus = _decode(p.data, SetToolStatus)
-            if d.tool_call_id in self._asks or d.status == "awaiting_answer":
+            if d.tool_call_id in self._asks or d.tool_call_id in self._answered or d.status == "awaiting_answer":
                 return []
             status: _ToolStatus | None = "in_progress" if d.status == "pending" else _STATUS_IN.get(d.status)
             return (
@@ -283,7 +290,7 @@ class ChatReader:
     # -- tools ----------------------------------------------------------------------
     def _tool_call(self, parent: str | None, d: AddToolCall) -> list[ev.Event]:
         if d.tool_name == ASK_TOOL:
-            if d.id in self._asks:
+            if d.id in self._asks or d.id in self._answered:
                 return []
             q = question_from_ask(d.id, d.arguments)
             self._asks[d.id] = q
@@ -311,6 +318,8 @@ class ChatReader:
 
     def _tool_result(self, parent: str | None, d: ToolResult) -> list[ev.Event]:
         if self._asks.pop(d.tool_call_id, None) is not None:
+            return []
+        if d.tool_call_id in self._answered:
             return []
         status: _ToolStatus = "failed" if d.status in ("error", "cancelled") else "completed"
         result = d.result
