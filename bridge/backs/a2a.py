@@ -27,10 +27,8 @@ Errors name the route and what failed, never a secret (DESIGN.md complaint 4).
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -40,6 +38,7 @@ import trio
 from bridge import __version__
 from bridge.backs.a2a_cache import CardCache
 from bridge.backs.base import AgentInfo, SessionContext
+from bridge.backs.secrets import Secret, read_token
 from bridge.codecs.a2a_card import AuthPlacement, CardError, CardView, auth_placement, choose_interface, commands, parse_card
 from bridge.codecs.a2a_wire import HttpCall, InvalidResponse, Wire
 from bridge.codecs.sse import EventTooLarge, SSEDecoder
@@ -57,23 +56,6 @@ log = logging.getLogger("bridge.backs.a2a")
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 WELL_KNOWN = "/.well-known/agent-card.json"
-
-
-class _Secret:
-    """A token that never shows itself in a repr, a log line or an error message."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "_Secret(***)"
-
-    __str__ = __repr__
 
 
 def _origin(url: str) -> str:
@@ -155,33 +137,9 @@ class A2ABack:
             )
         return self._client
 
-    def _token(self) -> _Secret | None:
+    def _token(self) -> Secret | None:
         """The token, read now (rotation needs no restart); never in a message."""
-        cfg = self.cfg
-        if cfg.token_env:
-            value = os.environ.get(cfg.token_env, "").strip()
-            if not value:
-                raise self.fail(f"the environment variable {cfg.token_env} (token_env) is not set")
-            return self._checked(value, f"${cfg.token_env}")
-        if cfg.token_file:
-            path = Path(cfg.token_file)
-            creds = os.environ.get("CREDENTIALS_DIRECTORY")  # systemd LoadCredential=
-            if not path.is_absolute() and creds:
-                path = Path(creds) / path
-            try:
-                value = path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise self.fail(f"cannot read token_file {path}: {exc.strerror or exc}") from exc
-            if not value:
-                raise self.fail(f"token_file {path} is empty")
-            return self._checked(value, str(path))
-        return None
-
-    def _checked(self, value: str, where: str) -> _Secret:
-        # httpx would refuse such a header and quote it, secret included, in its error.
-        if not value.isprintable() or not value.isascii():
-            raise self.fail(f"the token in {where} holds characters an HTTP header cannot carry")
-        return _Secret(value)
+        return read_token(self.cfg.token_env, self.cfg.token_file, self.fail)
 
     def headers(self, url: str) -> dict[str, str]:
         """Configured headers plus the token, for a call to `url` (only to our origins)."""

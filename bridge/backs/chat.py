@@ -20,9 +20,7 @@ The WebSocket half is `chat_link` (one connection, either dialect) and the turns
 from __future__ import annotations
 
 import logging
-import os
 import ssl
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
@@ -32,33 +30,17 @@ import trio
 
 from bridge import __version__
 from bridge.backs.base import AgentInfo, SessionContext
+from bridge.backs.secrets import Secret, read_token
 from bridge.errors import BackError, BackUnavailable
 
 if TYPE_CHECKING:
     from bridge.config import ChatBack as ChatConfig
     from bridge.config import Route
 
-__all__ = ["ChatBack", "Secret", "run_options", "where"]
+__all__ = ["ChatBack", "run_options", "where"]
 
 log = logging.getLogger("bridge.backs.chat")
 logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-class Secret:
-    """A token that never shows itself in a repr, a log line or an error message."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
 
 
 def where(url: str) -> str:
@@ -141,31 +123,7 @@ class ChatBack:
 
     def token(self) -> Secret | None:
         """The token, read now (rotation needs no restart); never in a message."""
-        cfg = self.cfg
-        if cfg.token_env:
-            value = os.environ.get(cfg.token_env, "").strip()
-            if not value:
-                raise self.fail(f"the environment variable {cfg.token_env} (token_env) is not set")
-            return self._checked(value, f"${cfg.token_env}")
-        if cfg.token_file:
-            path = Path(cfg.token_file)
-            creds = os.environ.get("CREDENTIALS_DIRECTORY")  # systemd LoadCredential=
-            if not path.is_absolute() and creds:
-                path = Path(creds) / path
-            try:
-                value = path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise self.fail(f"cannot read token_file {path}: {exc.strerror or exc}") from exc
-            if not value:
-                raise self.fail(f"token_file {path} is empty")
-            return self._checked(value, str(path))
-        return None
-
-    def _checked(self, value: str, source: str) -> Secret:
-        # httpx would refuse such a header and quote it, secret included, in its error.
-        if not value.isprintable() or not value.isascii():
-            raise self.fail(f"the token in {source} holds characters an HTTP header cannot carry")
-        return Secret(value)
+        return read_token(self.cfg.token_env, self.cfg.token_file, self.fail)
 
     def auth_hint(self) -> str:
         if self.cfg.token_env:

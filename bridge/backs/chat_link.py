@@ -37,7 +37,8 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from bridge.backs.chat import Secret, where
+from bridge.backs.chat import where
+from bridge.backs.secrets import Secret
 from bridge.codecs import chat_client, socketio
 from bridge.errors import BackError
 
