@@ -268,7 +268,7 @@ def publish_card(spec: CardSpec, *, legacy: bool) -> dict[str, object]:
         documentation_url=spec.documentation_url,
         icon_url=spec.icon_url,
         capabilities=s.AgentCapabilities(
-            streaming=spec.streaming, push_notifications=spec.push_notifications, extended_agent_card=spec.extended_card
+            streaming=spec.streaming, push_notifications=spec.push_notifications, extended_agent_card=spec.extended_card or None
         ),
         security_schemes=schemes,
         security_requirements=requirements,

@@ -295,10 +295,22 @@ class ListTasksRequest(_A2A):
 
 
 class ListTasksResponse(_A2A):
-    tasks: list[Task] = []
-    next_page_token: str = ""
-    page_size: int = 0
-    total_size: int = 0
+    """Every field is always written, empty or not (as a2a-sdk writes it)."""
+
+    tasks: list[Task] = UNSET  # type: ignore[assignment]
+    next_page_token: str = UNSET  # type: ignore[assignment]  # "" on the last page
+    page_size: int = UNSET  # type: ignore[assignment]
+    total_size: int = UNSET  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.tasks is UNSET:
+            self.tasks = []
+        if self.next_page_token is UNSET:
+            self.next_page_token = ""
+        if self.page_size is UNSET:
+            self.page_size = 0
+        if self.total_size is UNSET:
+            self.total_size = 0
 
 
 class CancelTaskRequest(_A2A):

@@ -81,8 +81,12 @@ class _V03(_A2A):
 
 
 class TextPartV03(_V03, tag="text", tag_field="kind"):
-    text: str = ""
+    text: str = UNSET  # type: ignore[assignment]  # required: always written, even when empty
     metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.text is UNSET:
+            self.text = ""
 
 
 class FileContentV03(_V03):

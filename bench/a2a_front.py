@@ -1,0 +1,230 @@
+"""The A2A front vs an a2a-sdk server: SendMessage requests/s and SSE events/s, in one run.
+
+  A  `agent-bridge serve`: the demo back (`chunk_delay_s = 0`), SQLite state in a temp
+     dir, `--log-level warning`; its A2A front at /a2a/demo
+  B  bench/peers/a2a_sdk_echo.py: the official a2a-sdk 1.3 server (DefaultRequestHandler,
+     InMemoryTaskStore, uvicorn), an echo agent doing the same work
+
+Both are called with A2A 1.0 over JSON-RPC by a raw HTTP/1.1 client in this process
+(trio; requests encoded once, keep-alive, chunked SSE decoded), so the client is not
+what is measured:
+
+- requests/s: C connections (default 8) each send a blocking `SendMessage` "hello"
+  and read the answer (a completed task with the artifact "You said: hello") for
+  D seconds. A third row, the bridge answering an unknown method, is the floor its
+  HTTP stack sets (hypercorn), shown for scale.
+- SSE events/s: one `SendStreamingMessage` "bench:N": N one-character artifact
+  updates; rate = events read / (request sent → end of stream). N per side (the SDK
+  takes ~0.6 ms per event, so its N is smaller).
+- Each server's CPU per request / per event, from /proc.
+
+Rounds alternate A, B, A, B; medians. Goal (issue 6): A ≥ 2 × B on both.
+
+    .venv/bin/python bench/a2a_front.py                  # ~60 s
+    .venv/bin/python bench/a2a_front.py --rounds 5 --seconds 3 --events 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import PEERS, PYTHON, clean_env, median, table  # noqa: E402
+
+GOAL = 2.0
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    def __init__(self, name: str, proc: trio.Process, port: int, path: str) -> None:
+        self.name, self.proc, self.port, self.path = name, proc, port, path
+
+
+async def start_bridge(tmp: Path) -> Server:
+    cfg = tmp / "bench.toml"
+    cfg.write_text(
+        '[routes.demo]\nback = { kind = "demo", chunk_delay_s = 0.0 }\n'
+        '[server]\nlisten = "127.0.0.1:0"\n[daemon]\nacp_socket = false\nmetrics = false\n'
+    )
+    exe = Path(PYTHON).with_name("agent-bridge")
+    cmd = [str(exe)] if exe.exists() else [PYTHON, "-m", "bridge"]
+    cmd += ["serve", "--config", str(cfg), "--state-dir", str(tmp / "state"), "--log-level", "warning"]
+    proc = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    line = await _first_line(proc)
+    port = int(line.split()[1].rsplit(":", 1)[1])
+    return Server("A bridge", proc, port, "/a2a/demo")
+
+
+async def start_sdk() -> Server:
+    proc = await trio.lowlevel.open_process([PYTHON, str(PEERS / "a2a_sdk_echo.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    line = await _first_line(proc)
+    return Server("B a2a-sdk", proc, int(line.split()[1]), "/")
+
+
+async def _first_line(proc: trio.Process) -> str:
+    assert proc.stdout is not None
+    buf = b""
+    with trio.fail_after(30):
+        while b"\n" not in buf:
+            chunk = await proc.stdout.receive_some()
+            if not chunk:
+                raise SystemExit("a server exited before it was ready")
+            buf += chunk
+    return buf.split(b"\n")[0].decode()
+
+
+def rpc(method: str, params: object) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+
+
+def post(server: Server, body: bytes, *, accept: str = "application/json") -> bytes:
+    return (
+        f"POST {server.path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+        f"Accept: {accept}\r\nA2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+SEND = rpc("SendMessage", {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}})
+UNKNOWN = rpc("NoSuchMethod", {})
+
+
+async def requests_per_s(server: Server, body: bytes, want: bytes, conns: int, seconds: float) -> tuple[float, float]:
+    """(requests/s, server CPU ms per request) with `conns` keep-alive connections."""
+    req = post(server, body)
+    done = 0
+
+    async def one(deadline: float) -> None:
+        nonlocal done
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            buf = b""
+            while trio.current_time() < deadline:
+                await stream.send_all(req)
+                while True:
+                    end = buf.find(b"\r\n\r\n")
+                    if end >= 0:
+                        head = buf[:end].lower()
+                        size = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+                        if len(buf) >= end + 4 + size:
+                            reply, buf = buf[end + 4 : end + 4 + size], buf[end + 4 + size :]
+                            if want not in reply:
+                                raise SystemExit(f"{server.name}: unexpected answer {reply[:300]!r}")
+                            break
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        raise SystemExit(f"{server.name} closed the connection")
+                    buf += chunk
+                done += 1
+
+    c0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        deadline = trio.current_time() + seconds
+        for _ in range(conns):
+            nursery.start_soon(one, deadline)
+    elapsed, cpu = time.perf_counter() - t0, cpu_s(server.proc.pid) - c0
+    return done / elapsed, cpu / max(done, 1) * 1e3
+
+
+async def sse_events_per_s(server: Server, n: int) -> tuple[float, float]:
+    """(events/s, server CPU µs per event) of one SendStreamingMessage "bench:N"."""
+    body = rpc("SendStreamingMessage", {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": f"bench:{n}"}]}})
+    c0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    count = 0
+    async with stream:
+        await stream.send_all(post(server, body, accept="text/event-stream"))
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += await stream.receive_some(1 << 20)
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        assert b"chunked" in head.lower(), head
+        tail = b""
+        while True:  # HTTP/1.1 chunked framing, then count `data:` lines across chunk edges
+            while b"\r\n" not in buf:
+                buf += await stream.receive_some(1 << 20)
+            size_line, _, buf = buf.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                more = await stream.receive_some(1 << 20)
+                if not more:
+                    raise SystemExit(f"{server.name} ended the stream early")
+                buf += more
+            data, buf = buf[:size], buf[size + 2 :]
+            if size == 0:
+                break
+            joined = tail + data
+            count += joined.count(b"data:") - tail.count(b"data:")
+            tail = joined[-8:]
+    elapsed, cpu = time.perf_counter() - t0, cpu_s(server.proc.pid) - c0
+    if count < n:
+        raise SystemExit(f"{server.name}: {count} events for bench:{n}")
+    return count / elapsed, cpu / count * 1e6
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3.0, help="length of one requests/s sample")
+    ap.add_argument("--conns", type=int, default=8, help="concurrent connections for requests/s")
+    ap.add_argument("--events", type=int, default=100_000, help="N of bench:N for the bridge")
+    ap.add_argument("--sdk-events", type=int, default=3_000, help="N of bench:N for the a2a-sdk server")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="a2a-front-bench-") as tmp:
+        bridge, sdk = await start_bridge(Path(tmp)), await start_sdk()
+        try:
+            for server in (bridge, sdk):  # warm-up: imports, first sessions, JIT-less caches
+                await requests_per_s(server, SEND, b"COMPLETED", args.conns, 0.5)
+                await sse_events_per_s(server, 500)
+            rps: dict[str, list[tuple[float, float]]] = {"A": [], "B": [], "floor": []}
+            sse: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+            for r in range(args.rounds):
+                rps["A"].append(await requests_per_s(bridge, SEND, b"COMPLETED", args.conns, args.seconds))
+                rps["B"].append(await requests_per_s(sdk, SEND, b"COMPLETED", args.conns, args.seconds))
+                sse["A"].append(await sse_events_per_s(bridge, args.events))
+                sse["B"].append(await sse_events_per_s(sdk, args.sdk_events))
+                if r == 0:
+                    rps["floor"].append(await requests_per_s(bridge, UNKNOWN, b"-32601", args.conns, args.seconds))
+                print(f"round {r + 1}: SendMessage {rps['A'][-1][0]:.0f} vs {rps['B'][-1][0]:.0f} req/s; "
+                      f"SSE {sse['A'][-1][0]:.0f} vs {sse['B'][-1][0]:.0f} events/s", flush=True)  # fmt: skip
+        finally:
+            for server in (bridge, sdk):
+                server.proc.terminate()
+                with trio.move_on_after(5):
+                    await server.proc.wait()
+                if server.proc.returncode is None:
+                    server.proc.kill()
+
+    def m(xs: list[tuple[float, float]], i: int) -> float:
+        return median([x[i] for x in xs])
+
+    rows = [
+        ["SendMessage req/s", f"{m(rps['A'], 0):.0f}", f"{m(rps['B'], 0):.0f}", f"{m(rps['A'], 0) / m(rps['B'], 0):.2f}"],
+        ["  server CPU ms/request", f"{m(rps['A'], 1):.2f}", f"{m(rps['B'], 1):.2f}", ""],
+        ["  (bridge, unknown method: its HTTP floor)", f"{m(rps['floor'], 0):.0f}", "", ""],
+        ["SSE events/s", f"{m(sse['A'], 0):.0f}", f"{m(sse['B'], 0):.0f}", f"{m(sse['A'], 0) / m(sse['B'], 0):.1f}"],
+        ["  server CPU µs/event", f"{m(sse['A'], 1):.1f}", f"{m(sse['B'], 1):.1f}", ""],
+    ]
+    print()
+    print(table(["", "A bridge", "B a2a-sdk", "A/B"], rows))
+    r_rps, r_sse = m(rps["A"], 0) / m(rps["B"], 0), m(sse["A"], 0) / m(sse["B"], 0)
+    print(f"\nRATIO SendMessage {r_rps:.2f}x, SSE {r_sse:.1f}x (goal >= {GOAL:g}x each); load average {os.getloadavg()[0]:.1f}")
+    print(f"VERDICT: SendMessage {'PASS' if r_rps >= GOAL else 'FAIL'}, SSE {'PASS' if r_sse >= GOAL else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    trio.run(main)

@@ -1,0 +1,327 @@
+"""The A2A server's wire, sans-I/O: requests in, in either dialect and binding; answers out in the one asked.
+
+Everything is lifted to the 1.0 structs of `bridge.schema.a2a` on the way in and
+lowered (`bridge.codecs.a2a_lower`) on the way out, so the front works in one
+vocabulary (protocols.md §2.1–2.3, §2.6):
+
+- The dialect is the `A2A-Version` header: missing or empty means 0.3 (§2.1); an
+  unknown version, or a method of the other dialect, is VersionNotSupportedError.
+- JSON-RPC (STYLE.md rule 6): an envelope with `Raw` params, the method looked up
+  in the dialect's table (-32601 when neither dialect has it), then the params with
+  that method's decoder, built at import. HTTP+JSON requests: `bridge.codecs.a2a_rest`.
+- Answers: `answer(op, dialect, binding, result)` is the JSON of the result;
+  `rpc_result` wraps it; `sse_*` frame stream events; `rpc_error` / `rest_error`
+  carry a `google.rpc.ErrorInfo` (§2.6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from bridge.codecs.a2a_lower import (
+    lower_event_rest,
+    lower_event_rpc,
+    lower_message_rest,
+    lower_message_rpc,
+    lower_push_config_rest,
+    lower_push_config_rpc,
+    lower_task_rest,
+    lower_task_rpc,
+)
+from bridge.codecs.a2a_wire import Binding, Dialect, lift_message_v03
+from bridge.schema import a2a as s
+from bridge.schema import a2a_v03 as v
+
+__all__ = [
+    "A2AFault",
+    "EventEncoder",
+    "DECODERS",
+    "answer",
+    "decode_envelope",
+    "decode_json",
+    "decode_params",
+    "dialect_of",
+    "lift_push_v03",
+    "rest_error",
+    "rpc_error",
+    "rpc_op",
+    "rpc_result",
+    "sse_error",
+]
+
+_enc = msgspec.json.Encoder()
+
+
+class A2AFault(Exception):
+    """An A2A error to answer with; `name` is a key of `schema.a2a.ERRORS`."""
+
+    def __init__(self, name: str, message: str, *, metadata: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        assert name in s.ERRORS, name
+        self.name = name
+        self.message = message
+        self.metadata = metadata
+
+    @property
+    def code(self) -> int:
+        return s.ERRORS[self.name][0]
+
+    @property
+    def http(self) -> int:
+        return s.ERRORS[self.name][1]
+
+    @property
+    def reason(self) -> str:
+        return s.ERRORS[self.name][2]
+
+
+def dialect_of(header: str | None) -> Dialect:
+    """The dialect of a request's `A2A-Version` (missing: 0.3, protocols.md §2.1)."""
+    if not header or not header.strip():
+        return Dialect.V0_3
+    major, _, minor = header.strip().partition(".")
+    if major == "1":
+        return Dialect.V1_0
+    if major == "0" and minor.split(".")[0] == "3":
+        return Dialect.V0_3
+    raise A2AFault("VersionNotSupported", f"A2A version {header.strip()!r} is not supported; this agent speaks 1.0 and 0.3")
+
+
+# -- JSON-RPC in --------------------------------------------------------------------------------
+
+
+class Envelope(msgspec.Struct, gc=False):
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | None | UnsetType = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw | UnsetType = UNSET
+
+
+_envelope = msgspec.json.Decoder(Envelope)
+_OPS: dict[Dialect, dict[str, str]] = {
+    Dialect.V1_0: {m10: op for op, (m10, _) in s.METHODS.items()},
+    Dialect.V0_3: {m03: op for op, (_, m03) in s.METHODS.items() if m03},
+}
+
+
+def decode_envelope(body: bytes) -> Envelope:
+    try:
+        env = _envelope.decode(body)
+    except msgspec.ValidationError as exc:
+        kind = body.lstrip()[:1]
+        what = "batch requests are not supported" if kind == b"[" else f"not a JSON-RPC request: {exc}"
+        raise A2AFault("InvalidRequest", what) from exc
+    except msgspec.DecodeError as exc:
+        raise A2AFault("Parse", f"the body is not JSON: {exc}") from exc
+    if env.jsonrpc != "2.0":
+        raise A2AFault("InvalidRequest", "'jsonrpc' must be exactly \"2.0\"")
+    if not isinstance(env.method, str) or not env.method:
+        raise A2AFault("InvalidRequest", "the request names no method")
+    return env
+
+
+def rpc_op(method: str, dialect: Dialect) -> str:
+    op = _OPS[dialect].get(method)
+    if op is not None:
+        return op
+    other = Dialect.V0_3 if dialect is Dialect.V1_0 else Dialect.V1_0
+    if method in _OPS[other]:
+        hint = "send the header A2A-Version: 1.0" if other is Dialect.V1_0 else f"use {s.METHODS[_OPS[other][method]][0]}"
+        raise A2AFault("VersionNotSupported", f"{method} is an A2A {other.value} method but the request is A2A {dialect.value}; {hint}")
+    raise A2AFault("MethodNotFound", f"method not found: {method}")
+
+
+_PARAMS_10: dict[str, type] = {
+    "send": s.SendMessageRequest,
+    "stream": s.SendMessageRequest,
+    "get_task": s.GetTaskRequest,
+    "list_tasks": s.ListTasksRequest,
+    "cancel": s.CancelTaskRequest,
+    "subscribe": s.SubscribeToTaskRequest,
+    "create_push_config": s.TaskPushNotificationConfig,
+    "get_push_config": s.GetTaskPushNotificationConfigRequest,
+    "list_push_configs": s.ListTaskPushNotificationConfigsRequest,
+    "delete_push_config": s.DeleteTaskPushNotificationConfigRequest,
+    "extended_card": s.GetExtendedAgentCardRequest,
+}
+_PARAMS_03: dict[str, type] = {
+    "send": v.MessageSendParamsV03,
+    "stream": v.MessageSendParamsV03,
+    "get_task": v.TaskQueryParamsV03,
+    "cancel": v.TaskIdParamsV03,
+    "subscribe": v.TaskIdParamsV03,
+    "create_push_config": v.TaskPushNotificationConfigV03,
+    "get_push_config": v.GetTaskPushNotificationConfigParamsV03,
+    "list_push_configs": v.ListTaskPushNotificationConfigParamsV03,
+    "delete_push_config": v.DeleteTaskPushNotificationConfigParamsV03,
+    "extended_card": v.TaskIdParamsV03,  # takes none; anything is ignored
+}
+DECODERS = {  # per dialect, per operation: the params as a request struct
+    Dialect.V1_0: {op: msgspec.json.Decoder(t) for op, t in _PARAMS_10.items()},
+    Dialect.V0_3: {op: msgspec.json.Decoder(t) for op, t in _PARAMS_03.items()},
+}
+
+
+def decode_json(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise A2AFault("InvalidParams", f"invalid params: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise A2AFault("Parse", f"the params are not JSON: {exc}") from exc
+
+
+def decode_params(op: str, dialect: Dialect, raw: msgspec.Raw | UnsetType) -> Any:
+    """The params of a JSON-RPC call as the 1.0 request struct of `op`."""
+    body = bytes(raw) if raw is not UNSET else b"{}"
+    if op == "extended_card":
+        return s.GetExtendedAgentCardRequest()
+    value = decode_json(DECODERS[dialect][op], body)
+    return value if dialect is Dialect.V1_0 else _lift_params(op, value)
+
+
+def lift_push_v03(task_id: str, c: v.PushNotificationConfigV03) -> s.TaskPushNotificationConfig:
+    auth = None
+    if c.authentication is not None:
+        scheme = c.authentication.schemes[0] if c.authentication.schemes else ""
+        auth = s.AuthenticationInfo(scheme=scheme, credentials=c.authentication.credentials)
+    return s.TaskPushNotificationConfig(url=c.url, task_id=task_id, id=c.id, token=c.token, authentication=auth)
+
+
+def _lift_params(op: str, p: Any) -> Any:
+    if op in ("send", "stream"):
+        c = p.configuration
+        config = None
+        if c is not None:
+            push = lift_push_v03("", c.push_notification_config) if c.push_notification_config else None
+            config = s.SendMessageConfiguration(
+                accepted_output_modes=c.accepted_output_modes,
+                task_push_notification_config=push,
+                history_length=c.history_length,
+                return_immediately=c.blocking is False,  # 0.3 blocks unless told not to
+            )
+        return s.SendMessageRequest(message=lift_message_v03(p.message), configuration=config, metadata=p.metadata)
+    if op == "get_task":
+        return s.GetTaskRequest(id=p.id, history_length=p.history_length)
+    if op == "cancel":
+        return s.CancelTaskRequest(id=p.id, metadata=p.metadata)
+    if op == "subscribe":
+        return s.SubscribeToTaskRequest(id=p.id)
+    if op == "create_push_config":
+        return lift_push_v03(p.task_id, p.push_notification_config)
+    if op == "get_push_config":
+        return s.GetTaskPushNotificationConfigRequest(task_id=p.id, id=p.push_notification_config_id or "")
+    if op == "list_push_configs":
+        return s.ListTaskPushNotificationConfigsRequest(task_id=p.id)
+    if op == "delete_push_config":
+        return s.DeleteTaskPushNotificationConfigRequest(task_id=p.id, id=p.push_notification_config_id)
+    raise AssertionError(op)
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def answer(op: str, dialect: Dialect, binding: Binding, result: Any) -> bytes:
+    """The JSON of an operation's result, in the dialect and binding asked."""
+    if dialect is Dialect.V1_0:
+        if op == "send":
+            wrapped = s.SendMessageResponse(task=result) if isinstance(result, s.Task) else s.SendMessageResponse(message=result)
+            return _enc.encode(wrapped)
+        if op == "delete_push_config":
+            return b"null" if binding is Binding.JSONRPC else b"{}"
+        return _enc.encode(result)
+    rpc = binding is Binding.JSONRPC
+    if op == "send":
+        if rpc:
+            return _enc.encode(lower_task_rpc(result) if isinstance(result, s.Task) else lower_message_rpc(result))
+        wrapped03 = v.RestSendMessageResponseV03(
+            task=lower_task_rest(result) if isinstance(result, s.Task) else None,
+            message=lower_message_rest(result) if isinstance(result, s.Message) else None,
+        )
+        return _enc.encode(wrapped03)
+    if op in ("get_task", "cancel"):
+        return _enc.encode(lower_task_rpc(result) if rpc else lower_task_rest(result))
+    if op in ("create_push_config", "get_push_config"):
+        return _enc.encode(lower_push_config_rpc(result) if rpc else lower_push_config_rest(result))
+    if op == "list_push_configs":
+        configs = result.configs
+        if rpc:
+            return _enc.encode([lower_push_config_rpc(c) for c in configs])
+        return _enc.encode({"configs": [lower_push_config_rest(c) for c in configs]})
+    if op == "delete_push_config":
+        return b"null" if rpc else b"{}"
+    return _enc.encode(result)  # the agent card: already the merged document
+
+
+def rpc_result(rid: Any, result: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + _enc.encode(rid) + b',"result":' + result + b"}"
+
+
+def _error_info(fault: A2AFault) -> dict[str, Any]:
+    return {"@type": s.ERROR_INFO_TYPE, "reason": fault.reason, "domain": "a2a-protocol.org", "metadata": fault.metadata or {}}
+
+
+def rpc_error(rid: Any, fault: A2AFault) -> bytes:
+    error = {"code": fault.code, "message": fault.message, "data": [_error_info(fault)]}
+    return _enc.encode({"jsonrpc": "2.0", "id": rid, "error": error})
+
+
+_GRPC = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT",
+         415: "INVALID_ARGUMENT", 500: "INTERNAL", 501: "UNIMPLEMENTED"}  # fmt: skip
+_PRECONDITION = {"TaskNotCancelable", "PushNotificationNotSupported", "UnsupportedOperation", "ExtendedAgentCardNotConfigured",
+                 "ExtensionSupportRequired", "VersionNotSupported"}  # fmt: skip
+
+
+def rest_error(fault: A2AFault, dialect: Dialect, *, status: int | None = None) -> tuple[int, bytes]:
+    """(HTTP status, `google.rpc.Status` body) of an HTTP+JSON error (§2.6).
+
+    0.3 clients read `{"type": "<Name>Error", "message"}` (a2a-sdk's compat
+    transport), so a 0.3 answer carries both shapes."""
+    code = status or fault.http
+    grpc = "FAILED_PRECONDITION" if fault.name in _PRECONDITION else _GRPC.get(code, "UNKNOWN")
+    body: dict[str, Any] = {"error": {"code": code, "status": grpc, "message": fault.message, "details": [_error_info(fault)]}}
+    if dialect is Dialect.V0_3:
+        body["type"] = f"{fault.name}Error"
+        body["message"] = fault.message
+    return code, _enc.encode(body)
+
+
+# -- stream events --------------------------------------------------------------------------------
+
+
+class EventEncoder(NamedTuple):
+    """How one stream frames events: dialect, binding, and its JSON-RPC id."""
+
+    dialect: Dialect
+    binding: Binding
+    rid: bytes  # the request id as JSON (JSON-RPC only)
+
+    def payload(self, event: s.StreamResponse) -> bytes:
+        if self.dialect is Dialect.V1_0:
+            return _enc.encode(event)
+        if self.binding is Binding.JSONRPC:
+            return _enc.encode(lower_event_rpc(event))
+        return _enc.encode(lower_event_rest(event))
+
+    def frame(self, payload: bytes) -> bytes:
+        """One SSE event: JSON-RPC wraps the payload in a response (§2.3)."""
+        if self.binding is Binding.JSONRPC:
+            return b'data: {"jsonrpc":"2.0","id":' + self.rid + b',"result":' + payload + b"}\n\n"
+        return b"data: " + payload + b"\n\n"
+
+    @property
+    def key(self) -> tuple[Dialect, Binding]:
+        """Streams with the same key share one payload per event."""
+        return (self.dialect, self.binding if self.dialect is Dialect.V0_3 else Binding.JSONRPC)
+
+
+def sse_error(encoder: EventEncoder, fault: A2AFault) -> bytes:
+    """An error inside a stream: an `error` event (a2a-sdk's convention) with the binding's error body."""
+    if encoder.binding is Binding.JSONRPC:
+        body = rpc_error(msgspec.json.decode(encoder.rid), fault)
+    else:
+        body = rest_error(fault, encoder.dialect)[1]
+    return b"event: error\ndata: " + body + b"\n\n"

@@ -1,0 +1,405 @@
+"""One A2A task projected from canonical events, sans-I/O (the server half of protocols.md §6.2–6.5).
+
+A task is one turn (the task id is the turn id) or, when a turn ended interrupted
+(input_required, auth_required), that turn and the turns that continue it.
+`TaskProjector` is fed the task's canonical events in order, live from the session
+or replayed from the store, and returns the A2A 1.0 stream events each one makes;
+`snapshot()` is the Task at that point (status, artifacts, history).
+
+Mapping:
+- The agent's reply (message chunks) → artifact updates, one artifact per reply
+  message: the first chunk `append: false`, the next ones `append: true`; every
+  artifact still open gets `lastChunk: true` when the turn ends. Reply artifacts
+  are all named "response", in every task of a context, so a refinement keeps the
+  name (seed 004). `ArtifactUpdated` (an A2A back) keeps its own id, name, chunking.
+- Thoughts, tool calls, plans and whatever a sub-agent says → WORKING status
+  updates whose message is tagged `metadata.agentBridge.kind`; never artifacts.
+- A question → INPUT_REQUIRED; the status message is the question text and a data
+  part `{"questionId", "kind", "options": [{"id", "label", "kind"?, "description"?}],
+  "multiSelect", "allowText", "header"?, "schema"?}`: the shape the A2A back reads
+  (bridge/codecs/a2a.py `question_for`), so one agent-bridge can front another.
+  `bridge.codecs.a2a_answer` reads the client's reply; once answered → WORKING.
+- Stop reasons (§6.5): end_turn → COMPLETED; max_tokens, max_turn_requests →
+  COMPLETED with `metadata.agentBridge.stopReason`; refusal → REJECTED; cancelled →
+  CANCELED; failed → FAILED (status message: the error), or AUTH_REQUIRED when the
+  back needs the user to sign in; input_required → INPUT_REQUIRED (the next message
+  on the task continues it in a new turn).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from bridge.codecs.a2a import META_KEY, parts_from_blocks
+from bridge.core.content import ContentBlock, TextContent
+from bridge.core.events import (
+    ArtifactUpdated,
+    Event,
+    MessageChunk,
+    PlanUpdated,
+    Question,
+    QuestionAnswered,
+    QuestionAsked,
+    StopReason,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnEnded,
+    TurnStarted,
+)
+from bridge.schema import a2a as s
+
+__all__ = [
+    "AUTH_ERROR_KIND",
+    "REPLY_ARTIFACT_NAME",
+    "STOP_STATES",
+    "TaskProjector",
+    "final_state",
+    "iso_time",
+]
+
+REPLY_ARTIFACT_NAME = "response"
+AUTH_ERROR_KIND = "BackAuthRequired"  # TurnError.kind of a back that needs the user to sign in
+STOP_STATES = s.TERMINAL_STATES | s.INTERRUPTED_STATES  # where a blocking call returns and streams end
+_S = s.TaskState
+
+
+def iso_time(ts: float) -> str:
+    """ProtoJSON timestamp (RFC 3339, UTC, `Z`)."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def final_state(stop: StopReason | str, error_kind: str | None = None) -> tuple[str, str | None]:
+    """(A2A state, the stop reason to note in metadata) for how a turn ended (§6.5)."""
+    stop = StopReason(stop)
+    if stop is StopReason.END_TURN:
+        return _S.COMPLETED, None
+    if stop in (StopReason.MAX_TOKENS, StopReason.MAX_TURN_REQUESTS):
+        return _S.COMPLETED, stop.value  # no exact state: completed, and says why
+    if stop is StopReason.REFUSAL:
+        return _S.REJECTED, None
+    if stop is StopReason.CANCELLED:
+        return _S.CANCELED, None
+    if stop is StopReason.INPUT_REQUIRED:
+        return _S.INPUT_REQUIRED, None
+    return (_S.AUTH_REQUIRED if error_kind == AUTH_ERROR_KIND else _S.FAILED), None
+
+
+class _Artifact:
+    __slots__ = ("id", "name", "parts", "open")
+
+    def __init__(self, aid: str, name: str | None) -> None:
+        self.id = aid
+        self.name = name
+        self.parts: list[s.Part | list[str]] = []  # a list[str] is a run of plain text
+        self.open = True
+
+    def add(self, part: s.Part) -> None:
+        if part.text is not None and part.metadata is None and part.media_type is None:
+            if self.parts and isinstance(self.parts[-1], list):
+                self.parts[-1].append(part.text)
+            else:
+                self.parts.append([part.text])
+        else:
+            self.parts.append(part)
+
+    def build(self) -> s.Artifact:
+        parts = [s.Part(text="".join(p)) if isinstance(p, list) else p for p in self.parts]
+        return s.Artifact(artifact_id=self.id, name=self.name, parts=parts or [s.Part(text="")])
+
+
+class _Entry:
+    """A history message: text runs (coalesced chunks) and other parts."""
+
+    __slots__ = ("message_id", "role", "texts", "parts", "metadata", "refs")
+
+    def __init__(self, message_id: str, role: str, metadata: dict[str, Any] | None = None) -> None:
+        self.message_id = message_id
+        self.role = role
+        self.texts: list[str] = []
+        self.parts: list[s.Part] = []
+        self.metadata = metadata
+        self.refs: list[str] | None = None
+
+
+def _tag(kind: str, **more: Any) -> dict[str, Any]:
+    return {META_KEY: {"kind": kind, **{k: v for k, v in more.items() if v is not None}}}
+
+
+class TaskProjector:
+    """One task as A2A sees it; `feed` every canonical event of its turns, in order."""
+
+    def __init__(
+        self, task_id: str, context_id: str, *, message_ids: dict[str, str] | None = None, refs: list[str] | None = None,
+        quoted: int = 0,
+    ) -> None:  # fmt: skip
+        self.task_id = task_id
+        self.context_id = context_id
+        self.state = _S.SUBMITTED
+        self.timestamp = 0.0
+        self.status_message: s.Message | None = None
+        self.turns: list[str] = []
+        self.current_turn: str | None = None  # the turn running now (None between turns)
+        self.questions: dict[str, Question] = {}  # open, oldest first
+        # Client message ids, by turn id (a prompt) or question id (an answer).
+        self.message_ids = message_ids if message_ids is not None else {}
+        # The first message's referenceTaskIds, and how many blocks quoting them the
+        # bridge put before its prompt (for the agent, not the history).
+        self.refs = refs
+        self.quoted = quoted
+        self._history: dict[str, _Entry] = {}
+        self._artifacts: dict[str, _Artifact] = {}
+        self._tools: dict[str, dict[str, Any]] = {}
+        self._status_meta: dict[str, Any] | None = None
+
+    # -- reading -----------------------------------------------------------------------
+    @property
+    def open_question(self) -> Question | None:
+        return next(iter(self.questions.values()), None)
+
+    @property
+    def stopped(self) -> bool:
+        """Terminal or interrupted: a blocking call returns, a stream ends."""
+        return self.state in STOP_STATES
+
+    def snapshot(self, *, history_length: int | None = None, include_artifacts: bool = True) -> s.Task:
+        history: list[s.Message] | None = None
+        if history_length != 0:
+            entries = list(self._history.values())
+            if history_length is not None:
+                entries = entries[-history_length:]
+            history = [self._message(e) for e in entries] or None
+        artifacts = [a.build() for a in self._artifacts.values()] if include_artifacts and self._artifacts else None
+        return s.Task(
+            id=self.task_id,
+            context_id=self.context_id,
+            status=self._status(),
+            artifacts=artifacts,
+            history=history,
+            metadata=self._status_meta,
+        )
+
+    # -- writing -----------------------------------------------------------------------
+    def begin(self, turn_id: str, prompt: list[ContentBlock], ts: float) -> None:
+        """A turn of this task starts with this prompt (the user message goes into history)."""
+        if turn_id in self.turns:
+            return
+        self.turns.append(turn_id)
+        mid = self.message_ids.get(turn_id) or f"{turn_id}-user"
+        entry = self._history[f"u:{turn_id}"] = _Entry(mid, s.ROLE_USER)
+        first = turn_id == self.task_id
+        entry.parts = parts_from_blocks(prompt[self.quoted :] if first else prompt)
+        entry.refs = self.refs if first else None
+        if not self.timestamp:
+            self.timestamp = ts
+
+    def feed(self, event: Event, ts: float) -> list[s.StreamResponse]:
+        if isinstance(event, MessageChunk):
+            if event.thought or event.parent_tool_call_id is not None:
+                return self._progress_chunk(event, ts)
+            return self._reply_chunk(event)
+        if isinstance(event, ArtifactUpdated):
+            return self._artifact_event(event)
+        if isinstance(event, TurnStarted):
+            self.begin(event.turn_id, event.prompt, ts)
+            self.current_turn = event.turn_id
+            self._status_meta = None
+            return [self._set(_S.WORKING, None, ts)]
+        if isinstance(event, (ToolCallStarted, ToolCallUpdated)):
+            return [self._set(_S.WORKING, self._tool(event), ts)]
+        if isinstance(event, PlanUpdated):
+            return [self._set(_S.WORKING, self._plan(event), ts)]
+        if isinstance(event, QuestionAsked):
+            q = event.question
+            self.questions[q.id] = q
+            if len(self.questions) > 1:
+                return []  # the client answers the oldest first; this one is asked next
+            return [self._set(_S.INPUT_REQUIRED, self._question_message(q), ts)]
+        if isinstance(event, QuestionAnswered):
+            return self._answered(event, ts)
+        if isinstance(event, TurnEnded):
+            return self._ended(event, ts)
+        return []  # usage, commands, options: nothing A2A shows
+
+    def feed_canceled(self, ts: float) -> s.StreamResponse:
+        """An interrupted task whose turn is over is canceled: nothing runs to stop (§6.6)."""
+        self.questions.clear()
+        self._status_meta = None
+        return self._set(_S.CANCELED, None, ts)
+
+    # -- internals ---------------------------------------------------------------------
+    def _status(self) -> s.TaskStatus:
+        return s.TaskStatus(state=self.state, message=self.status_message, timestamp=iso_time(self.timestamp) if self.timestamp else None)
+
+    def _set(self, state: str, message: s.Message | None, ts: float) -> s.StreamResponse:
+        """A status update; the status message is kept only while the task waits on it or failed."""
+        self.state = state
+        self.timestamp = ts
+        self.status_message = message if state in (_S.INPUT_REQUIRED, _S.AUTH_REQUIRED, _S.FAILED) else None
+        status = s.TaskStatus(state=state, message=message, timestamp=iso_time(ts))
+        update = s.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status, metadata=self._status_meta)
+        return s.StreamResponse(status_update=update)
+
+    def _message(self, e: _Entry) -> s.Message:
+        parts = ([s.Part(text="".join(e.texts))] if e.texts else []) + e.parts
+        return s.Message(
+            message_id=e.message_id,
+            role=e.role,
+            parts=parts or [s.Part(text="")],
+            context_id=self.context_id,
+            task_id=self.task_id,
+            metadata=e.metadata,
+            reference_task_ids=e.refs or None,
+        )
+
+    def _agent_message(self, mid: str, parts: list[s.Part], metadata: dict[str, Any]) -> s.Message:
+        return s.Message(
+            message_id=mid, role=s.ROLE_AGENT, parts=parts, context_id=self.context_id, task_id=self.task_id, metadata=metadata
+        )
+
+    def _reply_chunk(self, event: MessageChunk) -> list[s.StreamResponse]:
+        key = event.message_id or self.current_turn or self.task_id
+        art = self._artifacts.get(key)
+        append = art is not None
+        if art is None:
+            art = self._artifacts[key] = _Artifact(key, REPLY_ARTIFACT_NAME)
+        art.open = True
+        c = event.content
+        part = s.Part(text=c.text) if isinstance(c, TextContent) and c.meta is None else parts_from_blocks([c])[0]
+        art.add(part)
+        artifact = s.Artifact(artifact_id=art.id, parts=[part], name=art.name)
+        return [s.StreamResponse(artifact_update=s.TaskArtifactUpdateEvent(
+            task_id=self.task_id, context_id=self.context_id, artifact=artifact, append=append
+        ))]  # fmt: skip
+
+    def _artifact_event(self, event: ArtifactUpdated) -> list[s.StreamResponse]:
+        art = self._artifacts.get(event.artifact_id)
+        known = art is not None
+        if art is None:
+            art = self._artifacts[event.artifact_id] = _Artifact(event.artifact_id, event.name)
+        elif not event.append:
+            art.parts = []  # a whole new version of the artifact
+        if event.name:
+            art.name = event.name
+        parts = parts_from_blocks(event.parts)
+        for p in parts:
+            art.add(p)
+        art.open = not event.last
+        artifact = s.Artifact(artifact_id=art.id, parts=parts or [s.Part(text="")], name=art.name)
+        update = s.TaskArtifactUpdateEvent(
+            task_id=self.task_id, context_id=self.context_id, artifact=artifact, append=event.append and known, last_chunk=event.last
+        )
+        return [s.StreamResponse(artifact_update=update)]
+
+    def _progress_chunk(self, event: MessageChunk, ts: float) -> list[s.StreamResponse]:
+        kind = "thought" if event.thought else "subagent"
+        mid = event.message_id or f"{self.current_turn or self.task_id}-{kind}"
+        key = f"p:{mid}:{event.parent_tool_call_id or ''}:{kind}"
+        meta = _tag(kind, parentToolCallId=event.parent_tool_call_id)
+        entry = self._history.get(key)
+        if entry is None:
+            entry = self._history[key] = _Entry(mid, s.ROLE_AGENT, meta)
+        c = event.content
+        if isinstance(c, TextContent):
+            entry.texts.append(c.text)
+            part = s.Part(text=c.text)
+        else:
+            part = parts_from_blocks([c])[0]
+            entry.parts.append(part)
+        return [self._set(_S.WORKING, self._agent_message(mid, [part], meta), ts)]
+
+    def _tool(self, event: ToolCallStarted | ToolCallUpdated) -> s.Message:
+        info = self._tools.setdefault(event.tool_call_id, {"id": event.tool_call_id})
+        for field in ("title", "kind", "status"):
+            value = getattr(event, field)
+            if value is not None:
+                info[field] = value
+        if isinstance(event, ToolCallStarted) and event.name:
+            info["name"] = event.name
+        if event.raw_input is not None:
+            info["input"] = event.raw_input
+        if isinstance(event, ToolCallUpdated) and event.raw_output is not None:
+            info["output"] = event.raw_output
+        if event.content:
+            texts = [c.content.text for c in event.content if isinstance(c.content, TextContent)]
+            diffs = [c.path for c in event.content if c.type == "diff" and c.path]
+            if texts:
+                info["content"] = "".join(texts)
+            if diffs:
+                info["edits"] = diffs
+        text = f"{info.get('title') or 'Tool call'} ({info.get('status', 'pending')})"
+        meta = _tag("tool_call", parentToolCallId=event.parent_tool_call_id)
+        parts = [s.Part(text=text), s.Part(data={"toolCall": dict(info)})]
+        entry = self._history.setdefault(f"tool:{event.tool_call_id}", _Entry(f"tool-{event.tool_call_id}", s.ROLE_AGENT, meta))
+        entry.parts = parts
+        return self._agent_message(entry.message_id, parts, meta)
+
+    def _plan(self, event: PlanUpdated) -> s.Message:
+        entries = [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries]
+        text = "\n".join(f"[{e.status}] {e.content}" for e in event.entries) or "(empty plan)"
+        meta = _tag("plan")
+        parts = [s.Part(text=text), s.Part(data={"plan": entries})]
+        entry = self._history.setdefault(f"plan:{self.current_turn}", _Entry(f"{self.current_turn}-plan", s.ROLE_AGENT, meta))
+        entry.parts = parts
+        return self._agent_message(entry.message_id, parts, meta)
+
+    def _question_message(self, q: Question) -> s.Message:
+        data: dict[str, Any] = {"questionId": q.id, "kind": q.kind}
+        if q.options:
+            data["options"] = [
+                {k: v for k, v in (("id", o.id), ("label", o.label), ("kind", o.kind), ("description", o.description)) if v is not None}
+                for o in q.options
+            ]
+        data["multiSelect"] = q.multi_select
+        data["allowText"] = q.allow_text or q.kind == "form"
+        if q.header:
+            data["header"] = q.header
+        if q.schema is not None:
+            data["schema"] = q.schema
+        if q.tool_call_id:
+            data["toolCallId"] = q.tool_call_id
+        meta = _tag("question")
+        return self._agent_message(q.id, [s.Part(text=q.prompt), s.Part(data=data)], meta)
+
+    def _answered(self, event: QuestionAnswered, ts: float) -> list[s.StreamResponse]:
+        question = self.questions.pop(event.question_id, None)
+        if question is None:
+            return []
+        if event.by == "user" and not event.cancelled:
+            labels = [o.label for o in question.options if o.id in event.selected]
+            text = ", ".join(labels + ([event.text] if event.text else []))
+            mid = self.message_ids.get(event.question_id) or f"{event.question_id}-answer"
+            entry = self._history[f"a:{event.question_id}"] = _Entry(mid, s.ROLE_USER)
+            data: dict[str, Any] = {"selected": list(event.selected)}
+            if event.text is not None:
+                data["text"] = event.text
+            if event.values is not None:
+                data["values"] = event.values
+            entry.parts = [s.Part(text=text or "(answered)"), s.Part(data=data)]
+        if self.state != _S.INPUT_REQUIRED:
+            return []
+        nxt = self.open_question
+        if nxt is not None:
+            return [self._set(_S.INPUT_REQUIRED, self._question_message(nxt), ts)]
+        return [self._set(_S.WORKING, None, ts)]
+
+    def _ended(self, event: TurnEnded, ts: float) -> list[s.StreamResponse]:
+        out: list[s.StreamResponse] = []
+        for art in self._artifacts.values():
+            if art.open:
+                art.open = False
+                closing = s.Artifact(artifact_id=art.id, parts=[s.Part(text="")], name=art.name)
+                out.append(s.StreamResponse(artifact_update=s.TaskArtifactUpdateEvent(
+                    task_id=self.task_id, context_id=self.context_id, artifact=closing, append=True, last_chunk=True
+                )))  # fmt: skip
+        self.questions.clear()
+        self.current_turn = None
+        state, noted = final_state(event.stop_reason, event.error.kind if event.error else None)
+        self._status_meta = {META_KEY: {"stopReason": noted}} if noted else None
+        message = None
+        if event.error is not None:
+            message = self._agent_message(f"{event.turn_id}-error", [s.Part(text=event.error.message)], _tag("error"))
+        elif state == _S.INPUT_REQUIRED:
+            message = self._agent_message(f"{event.turn_id}-input", [s.Part(text="The agent needs more input.")], _tag("question"))
+        out.append(self._set(state, message, ts))
+        return out

@@ -1,0 +1,268 @@
+"""A2A push notifications (protocols.md §2.2–2.3): webhooks per task, every state change POSTed, at least once.
+
+Configs are kept with their task in the session record (`meta["a2a"]["tasks"][id]
+["push"]`), so they outlive a restart. Each change of the task's state (working,
+input-required, completed, ...; not every progress message) is POSTed to each of
+its webhooks: for a config made in 1.0, the StreamResponse `{"statusUpdate": ...}`
+with `Content-Type: application/a2a+json`; for one made in 0.3, the Task (what a
+0.3 webhook expects). `authentication` becomes `Authorization: <scheme>
+<credentials>`, `token` the `X-A2A-Notification-Token` header (as a2a-sdk sends it).
+
+Delivery: one queue per webhook, bounded by `[a2a] push_queue_max` (the oldest is
+dropped, with a warning), drained in order by one worker in the daemon's nursery;
+a failed POST (connection error, timeout, 408/425/429, 5xx) is retried after
+`push_backoff_s`, doubled each time up to `push_max_backoff_s`, `push_max_attempts`
+times in all; another 4xx is the webhook's final word. At least once: a
+notification counts as delivered only on a 2xx, so a retry may repeat one that
+arrived. Notifications still queued when the daemon stops are lost.
+
+Where notifications may go: only to hosts in `[a2a] push_allowed_hosts`, checked
+when a config is made and again before each POST, with redirects not followed,
+so the daemon cannot be made to call arbitrary hosts (SSRF). URLs with user
+info are refused (a secret in a URL ends up in logs); logs name only the origin.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from collections import deque
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+import trio
+
+from bridge.codecs.a2a_lower import lower_task_rpc
+from bridge.codecs.a2a_server import A2AFault
+from bridge.codecs.a2a_task import TaskProjector
+from bridge.config import A2AFrontConfig
+from bridge.errors import InvalidParams, NotFound
+from bridge.fronts.a2a_read import a2a_meta, task_meta
+from bridge.fronts.a2a_tasks import TaskService
+from bridge.schema import a2a as s
+
+__all__ = ["PushService", "host_allowed"]
+
+log = logging.getLogger("bridge.fronts.a2a")
+
+_enc = msgspec.json.Encoder()
+_RETRY = {408, 425, 429}
+
+
+def host_allowed(url: str, allowed: list[str]) -> bool:
+    """Whether `url` is http(s) to a host the allow-list names ("host", "host:port", "*.domain", "*")."""
+    try:
+        u = urlsplit(url)
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        return False
+    host = (u.hostname or "").lower().rstrip(".")
+    if u.scheme not in ("http", "https") or not host or u.username is not None or u.password is not None:
+        return False
+    for entry in allowed:
+        if entry == "*":
+            return True
+        name, want = _split_entry(entry)
+        if want is not None and want != port:
+            continue
+        if host == name or (name.startswith("*.") and host.endswith(name[1:])):
+            return True
+    return False
+
+
+def _split_entry(entry: str) -> tuple[str, int | None]:
+    """("host", port or None) of an allow-list entry: "host", "host:port", "[v6]:port"."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    else:
+        host, port = entry, ""
+    return host.lower(), int(port) if port else None
+
+
+def _origin(url: str) -> str:
+    u = urlsplit(url)
+    return f"{u.scheme}://{u.hostname}{':' + str(u.port) if u.port else ''}"
+
+
+class _Hook:
+    __slots__ = ("url", "headers", "queue", "running")
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.url = url
+        self.headers = headers
+        self.queue: deque[bytes] = deque()
+        self.running = False
+
+
+class PushService:
+    def __init__(self, cfg: A2AFrontConfig, tasks: TaskService) -> None:
+        self.cfg = cfg
+        self.tasks = tasks
+        self._hooks: dict[tuple[str, str], _Hook] = {}
+        self._client: Any = None
+        tasks.push = self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cfg.push_allowed_hosts)
+
+    def check(self, config: s.TaskPushNotificationConfig) -> None:
+        if not self.enabled:
+            raise A2AFault("PushNotificationNotSupported", "this agent sends no push notifications ([a2a] push_allowed_hosts is empty)")
+        if not config.url:
+            raise InvalidParams("the push notification config needs a url")
+        if not host_allowed(config.url, self.cfg.push_allowed_hosts):
+            raise InvalidParams(
+                f"webhook {config.url!r} is not allowed: it must be http(s), without user info, to a host in [a2a] push_allowed_hosts"
+            )
+
+    # -- configs ---------------------------------------------------------------------------
+    async def _task(self, route: str, task_id: str) -> tuple[Any, dict[str, Any]]:
+        if not self.enabled:
+            raise A2AFault("PushNotificationNotSupported", "this agent sends no push notifications")
+        session_id, _ = await self.tasks._load(route, task_id)
+        session = await self.tasks.manager.get(session_id)
+        return session, task_meta(a2a_meta(session.record.meta), task_id)
+
+    async def create(self, route: str, config: s.TaskPushNotificationConfig, *, dialect: str) -> s.TaskPushNotificationConfig:
+        self.check(config)
+        session, _ = await self._task(route, config.task_id)
+        stored = self.register(session, config, dialect=dialect)
+        await self.tasks.manager.store.put_session(session.record)
+        return _config(config.task_id, stored)
+
+    def register(self, session: Any, config: s.TaskPushNotificationConfig, *, dialect: str) -> dict[str, Any]:
+        """Keep a (checked) config with its task in the session record; the next state change is POSTed."""
+        configs: list[dict[str, Any]] = task_meta(a2a_meta(session.record.meta), config.task_id).setdefault("push", [])
+        cid = config.id or uuid.uuid4().hex
+        configs[:] = [c for c in configs if c.get("id") != cid]
+        if len(configs) >= self.cfg.push_max_configs:
+            raise InvalidParams(f"a task takes at most {self.cfg.push_max_configs} push notification configs")
+        stored: dict[str, Any] = {"id": cid, "url": config.url, "dialect": dialect}
+        if config.token:
+            stored["token"] = config.token
+        if config.authentication is not None:
+            stored["scheme"] = config.authentication.scheme
+            if config.authentication.credentials:
+                stored["credentials"] = config.authentication.credentials
+        configs.append(stored)
+        return stored
+
+    async def get(self, route: str, task_id: str, config_id: str) -> s.TaskPushNotificationConfig:
+        _, task = await self._task(route, task_id)
+        configs = task.get("push", [])
+        found = next((c for c in configs if c.get("id") == config_id), None) if config_id else (configs[0] if configs else None)
+        if found is None:
+            raise NotFound(f"task {task_id} has no push notification config {config_id!r}")
+        return _config(task_id, found)
+
+    async def list(self, route: str, req: s.ListTaskPushNotificationConfigsRequest) -> s.ListTaskPushNotificationConfigsResponse:
+        _, task = await self._task(route, req.task_id)
+        configs = [_config(req.task_id, c) for c in task.get("push", [])]
+        size = req.page_size or 100
+        try:
+            start = int(req.page_token) if req.page_token else 0
+        except ValueError:
+            raise InvalidParams(f"invalid pageToken {req.page_token!r}") from None
+        page = configs[start : start + size]
+        more = start + size < len(configs)
+        return s.ListTaskPushNotificationConfigsResponse(configs=page, next_page_token=str(start + size) if more else "")
+
+    async def delete(self, route: str, task_id: str, config_id: str) -> None:
+        session, task = await self._task(route, task_id)
+        configs = task.get("push", [])
+        kept = [c for c in configs if c.get("id") != config_id]
+        if len(kept) == len(configs):
+            raise NotFound(f"task {task_id} has no push notification config {config_id!r}")
+        task["push"] = kept
+        await self.tasks.manager.store.put_session(session.record)
+
+    # -- delivery ------------------------------------------------------------------------------
+    def notify(self, session: Any, projector: TaskProjector, event: s.StreamResponse) -> None:
+        """The task's state changed (called synchronously, from the session's delivery)."""
+        tasks = a2a_meta(session.record.meta).get("tasks", {})
+        configs = tasks.get(projector.task_id, {}).get("push")
+        if configs:
+            self._send(session, projector, event, configs)
+
+    def _send(self, session: Any, projector: TaskProjector, event: s.StreamResponse, configs: list[dict[str, Any]]) -> None:
+        bodies: dict[str, bytes] = {}
+        for c in configs:
+            dialect = c.get("dialect", "1.0")
+            body = bodies.get(dialect)
+            if body is None:
+                if dialect == "1.0":
+                    body = _enc.encode(s.StreamResponse(status_update=event.status_update))
+                else:
+                    body = _enc.encode(lower_task_rpc(projector.snapshot(history_length=0)))
+                bodies[dialect] = body
+            key = (projector.task_id, str(c.get("id")))
+            hook = self._hooks.get(key)
+            if hook is None:
+                headers = {"content-type": "application/a2a+json" if dialect == "1.0" else "application/json"}
+                if c.get("scheme") and c.get("credentials"):
+                    headers["authorization"] = f"{c['scheme']} {c['credentials']}"
+                if c.get("token"):
+                    headers["x-a2a-notification-token"] = str(c["token"])
+                hook = self._hooks[key] = _Hook(str(c["url"]), headers)
+            if len(hook.queue) >= self.cfg.push_queue_max:
+                hook.queue.popleft()
+                log.warning("task %s: webhook %s is behind; its oldest notification was dropped", projector.task_id, _origin(hook.url))
+            hook.queue.append(body)
+            if not hook.running:
+                hook.running = True
+                session.shared_nursery.start_soon(self._deliver, key, hook)
+
+    async def _deliver(self, key: tuple[str, str], hook: _Hook) -> None:
+        import httpx  # the serve process has it loaded already (the A2A back, metrics)
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.cfg.push_timeout_s, follow_redirects=False, trust_env=False)
+        try:
+            while hook.queue:
+                body = hook.queue[0]
+                delay = self.cfg.push_backoff_s
+                for attempt in range(1, self.cfg.push_max_attempts + 1):
+                    if not host_allowed(hook.url, self.cfg.push_allowed_hosts):
+                        log.warning("task %s: webhook %s is no longer allowed; dropped", key[0], _origin(hook.url))
+                        hook.queue.clear()
+                        return
+                    why = await self._post(hook, body)
+                    if why is None:
+                        break
+                    if why.startswith("final:") or attempt == self.cfg.push_max_attempts:
+                        log.warning("task %s: push notification to %s not delivered (%s, %d attempts)",
+                                    key[0], _origin(hook.url), why, attempt)  # fmt: skip
+                        break
+                    await trio.sleep(delay * (0.75 + random.random() / 2))  # jitter spreads retries out
+                    delay = min(delay * 2, self.cfg.push_max_backoff_s)
+                if hook.queue and hook.queue[0] is body:
+                    hook.queue.popleft()
+        finally:
+            hook.running = False
+            if not hook.queue:
+                self._hooks.pop(key, None)
+
+    async def _post(self, hook: _Hook, body: bytes) -> str | None:
+        """None when delivered; else why not ("final: ..." when a retry cannot help)."""
+        import httpx
+
+        try:
+            r = await self._client.post(hook.url, content=body, headers=hook.headers)
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        if 200 <= r.status_code < 300:
+            return None
+        if r.status_code in _RETRY or r.status_code >= 500:
+            return f"HTTP {r.status_code}"
+        return f"final: HTTP {r.status_code}"
+
+
+def _config(task_id: str, c: dict[str, Any]) -> s.TaskPushNotificationConfig:
+    auth = s.AuthenticationInfo(scheme=str(c["scheme"]), credentials=c.get("credentials")) if c.get("scheme") else None
+    return s.TaskPushNotificationConfig(url=str(c["url"]), task_id=task_id, id=str(c["id"]), token=c.get("token"), authentication=auth)

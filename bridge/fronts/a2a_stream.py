@@ -1,0 +1,226 @@
+"""A running A2A task and its SSE streams (protocols.md §2.3).
+
+`LiveTask` is a session subscriber for one task while a turn of it runs: each
+canonical event goes through the task's `TaskProjector`, and every A2A event that
+comes out is framed once per wire shape and queued on each attached stream,
+synchronously and in the session's order, so several streams see the same events
+in the same order. It never pauses the session (`congested()` is False): a stream
+bounds its own queue and is dropped when its client is too slow; the task goes on.
+
+`SseStream` is one SSE response (SendStreamingMessage, SubscribeToTask): frames
+queued without awaiting, written by `run` in batches, one `http.response.body`
+for everything waiting (performance.md: one body per event ~10–15 k/s, batched
+~2 M/s); a `: keepalive` comment when nothing was written for `heartbeat_s`;
+`Cache-Control: no-cache` and `X-Accel-Buffering: no` so proxies do not buffer
+(DESIGN.md complaint 1). A client that disconnects only ends its stream: the task
+is not cancelled (§6.6).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from bridge.codecs.a2a_server import EventEncoder
+from bridge.codecs.a2a_task import TaskProjector
+from bridge.core.events import Event, TurnEnded
+from bridge.schema import a2a as s
+
+__all__ = ["LiveTask", "SseStream"]
+
+log = logging.getLogger("bridge.fronts.a2a")
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class SseStream:
+    """One SSE response; `put` from anywhere (never blocks), `run` in the request's task."""
+
+    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "on_close")
+
+    def __init__(self, encoder: EventEncoder, max_frames: int) -> None:
+        self.encoder = encoder
+        self._frames: list[bytes] = []
+        self._max = max_frames
+        self._lot = trio.lowlevel.ParkingLot()
+        self.closed = False  # nothing more will be queued
+        self.dropped = False  # closed because the client fell too far behind
+        self.on_close: Callable[[SseStream], None] | None = None
+
+    def put(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        if len(self._frames) >= self._max:
+            self.dropped = True
+            self.close()
+            return
+        self._frames.append(frame)
+        if self._lot:
+            self._lot.unpark()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._lot.unpark_all()
+            if self.on_close is not None:
+                self.on_close(self)
+
+    async def run(self, send: Any, receive: Any, *, heartbeat_s: float) -> None:
+        """Write the response until the stream is closed and drained, or the client leaves."""
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch, receive, nursery.cancel_scope)
+                await self._write(send, heartbeat_s)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.close()
+
+    async def _write(self, send: Any, heartbeat_s: float) -> None:
+        while True:
+            if self._frames:
+                batch, self._frames = self._frames, []
+                await send({"type": "http.response.body", "body": b"".join(batch), "more_body": True})
+                continue
+            if self.closed:
+                break
+            with trio.move_on_after(heartbeat_s) as idle:
+                await self._lot.park()
+            if idle.cancelled_caught and not self._frames and not self.closed:
+                await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+        tail = b": dropped: this client fell behind; SubscribeToTask to resume\n\n" if self.dropped else b""
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _watch(self, receive: Any, scope: trio.CancelScope) -> None:
+        # The body was read before the stream began: what comes now is the disconnect.
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()  # stop writing; the task itself goes on
+
+
+class LiveTask:
+    """A task whose turn runs now: projects the session's events and fans them out.
+
+    The end of the turn reaches clients (streams, blocking calls, webhooks) only once
+    the session has stored it (`Turn.wait()` returns then): a client that heard a task
+    finished can always read it back, across a crash (bridge/session.py).
+    """
+
+    def __init__(self, session: Any, projector: TaskProjector, turn: Any, *,
+                 on_state: Callable[[LiveTask, s.StreamResponse], None], on_end: Callable[[LiveTask], None]) -> None:  # fmt: skip
+        self.session = session
+        self.projector = projector
+        self.turn = turn
+        self.turn_id: str = turn.turn_id
+        self.streams: list[SseStream] = []
+        self.ended = False  # its turn ended (the task may still be interrupted, not terminal)
+        self.settled = False  # ... and the session stored that: clients may hear it now
+        self._late: list[tuple[SseStream, int | None]] = []  # attached between the two
+        self._changed = trio.Event()
+        self._on_state = on_state
+        self._on_end = on_end
+        self._unsubscribe: Callable[[], None] | None = None
+        self.protocol = "a2a"  # for the events-relayed metric (bridge.session._protocol_of)
+
+    @property
+    def task_id(self) -> str:
+        return self.projector.task_id
+
+    def start(self, *, turn_started: Event) -> None:
+        """Subscribe to the session and take the turn's first event (already emitted)."""
+        self._unsubscribe = self.session.subscribe(self)
+        self.deliver(turn_started)
+
+    # -- Subscriber -----------------------------------------------------------------------
+    def deliver(self, event: Event) -> None:
+        if self.ended:
+            return
+        before = self.projector.state
+        out = self.projector.feed(event, time.time())
+        if isinstance(event, TurnEnded) and event.turn_id == self.turn_id:
+            self.ended = True
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+            self._on_end(self)  # now: the task's state joins the record the session writes next
+            self.session.shared_nursery.start_soon(self._settle, out)
+            return
+        if out:
+            self._fan_out(out)
+        if self.projector.state != before:
+            self._state_changed(out)
+
+    async def _settle(self, out: list[s.StreamResponse]) -> None:
+        await self.turn.wait()  # returns once the turn's end is stored
+        self.settled = True
+        self._fan_out(out)
+        for stream, history_length in self._late:
+            self.attach(stream, history_length=history_length)
+        self._late.clear()
+        self._state_changed(out)
+
+    def _state_changed(self, out: list[s.StreamResponse]) -> None:
+        state = self.projector.state
+        for ev in out:
+            if ev.status_update is not None and ev.status_update.status.state == state:
+                self._on_state(self, ev)
+                break
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def congested(self) -> bool:
+        return False  # never pause the back for an SSE client: a slow one is dropped
+
+    async def wait_uncongested(self) -> None:
+        pass
+
+    # -- streams --------------------------------------------------------------------------
+    def _fan_out(self, events: list[s.StreamResponse]) -> None:
+        streams = self.streams
+        if streams:
+            payloads: dict[Any, list[bytes]] = {}
+            for stream in streams:
+                enc = stream.encoder
+                key = enc.key
+                got = payloads.get(key)
+                if got is None:
+                    got = payloads[key] = [enc.payload(ev) for ev in events]
+                for p in got:
+                    stream.put(enc.frame(p))
+        if self.projector.stopped:
+            for stream in list(self.streams):
+                stream.close()
+
+    def attach(self, stream: SseStream, *, history_length: int | None = None) -> None:
+        """The task as it is now, then every later event until it stops (terminal or interrupted)."""
+        if self.ended and not self.settled:
+            self._late.append((stream, history_length))  # its end is being stored: wait for it
+            return
+        snapshot = self.projector.snapshot(history_length=history_length)
+        stream.put(stream.encoder.frame(stream.encoder.payload(s.StreamResponse(task=snapshot))))
+        if self.projector.stopped:
+            stream.close()
+            return
+        self.streams.append(stream)
+        stream.on_close = self._detach
+
+    def _detach(self, stream: SseStream) -> None:
+        if stream in self.streams:
+            self.streams.remove(stream)
+
+    async def wait_stopped(self) -> None:
+        """Until the task is terminal or interrupted, and clients may hear it (a blocking
+        SendMessage returns then)."""
+        while not (self.settled or (self.projector.stopped and not self.ended)):
+            await self._changed.wait()
+
+    async def wait_ended(self) -> None:
+        while not self.settled:
+            await self._changed.wait()
