@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,3 +47,18 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     out = [line(headers), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     return "\n".join(out)
+
+
+def close_process(p: subprocess.Popen[bytes], err: object) -> None:
+    """Close a peer's stdin, wait for it (killing it after 15 s), then its pipes and log."""
+    try:
+        p.stdin.close()  # type: ignore[union-attr]
+    except OSError:
+        pass
+    try:
+        p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    p.stdout.close()  # type: ignore[union-attr]
+    err.close()  # type: ignore[attr-defined]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import PEERS, PYTHON, REPO, clean_env, median, pct, table  # noqa: E402
+from _common import close_process, PEERS, PYTHON, REPO, clean_env, median, pct, table  # noqa: E402
 
 READ = 1 << 20
 CHUNK = b'"agent_message_chunk"'
@@ -105,17 +105,7 @@ class Peer:
         return self.request("session/prompt", {"sessionId": self.sid, "prompt": [{"type": "text", "text": text}]})
 
     def close(self) -> None:
-        try:
-            self.p.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass
-        try:
-            self.p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.p.stdout.close()  # type: ignore[union-attr]
-        self.err.close()
+        close_process(self.p, self.err)
 
 
 def spawn(mode: str, agent: list[str], workdir: str) -> Peer:

@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import PEERS, PYTHON, REPO, bridge_cmd, clean_env, median, table  # noqa: E402
+from _common import close_process, PEERS, PYTHON, REPO, bridge_cmd, clean_env, median, table  # noqa: E402
 
 GOAL = 0.5
 READ = 1 << 20
@@ -112,17 +112,7 @@ class Proc:
         return self.err.read()[-3000:].decode(errors="replace")
 
     def close(self) -> None:
-        try:
-            self.p.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass
-        try:
-            self.p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.p.stdout.close()  # type: ignore[union-attr]
-        self.err.close()
+        close_process(self.p, self.err)
 
 
 def open_bridge_session(state: str) -> tuple[Proc, str]:
