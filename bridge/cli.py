@@ -197,23 +197,25 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
 @log_option
 @log_format_option
 def doctor(config_path: str | None, log_level: str | None, log_format: str | None) -> None:
-    """Validate the config and try each route's back once; print what works and why not.
+    """Validate the config, try each route's back and each MCP prompt source once; print
+    what works and why not.
 
-    Exits 0 when every checked back works, 1 when one does not, 78 on a config error.
+    Exits 0 when everything checked works, 1 when something does not, 78 on a config error.
     """
     import trio
 
-    from bridge.doctor import probe_routes, render_table
+    from bridge.doctor import check, render_table
     from bridge.reload import import_credentials
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     config = _load(path)
     _setup_logging(log_level or "error", log_format)
-    click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes")
+    n_sources = len(config.prompt_sources) + sum(len(r.prompt_sources) for r in config.routes.values())
+    click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes, {n_sources} prompt sources")
     import_credentials(config)
-    probes = trio.run(lambda: probe_routes(config, deep=True))
-    click.echo(render_table(probes))
-    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in probes) else EX_OK)
+    routes, sources = trio.run(check, config)
+    click.echo(render_table(routes, sources))
+    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources) else EX_OK)
 
 
 @main.command()

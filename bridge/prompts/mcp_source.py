@@ -182,6 +182,7 @@ class McpSource:
         self.specs: tuple[PromptSpec, ...] = ()
         self.prompts: dict[str, types.Prompt] = {}  # as listed, for the MCP front
         self.completions = False
+        self.server: str | None = None  # "name version" from its initialize result, once connected
         self.up = False
         self.why = "starting"
         self.settled = trio.Event()  # set once the first attempt has listed or failed
@@ -243,6 +244,8 @@ class McpSource:
                 read_timeout_seconds=self.cfg.request_timeout_s,
             )
             async with client:
+                info = client.server_info
+                self.server = " ".join(v for v in (info.name, info.version) if v) if info is not None else None
                 caps = client.server_capabilities
                 if caps.prompts is None:
                     log.warning("prompt source %s offers no prompts (no prompts capability)", self.name)
