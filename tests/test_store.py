@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from bridge.errors import ConfigError, InternalError
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord, open_store
@@ -206,6 +207,29 @@ async def test_duplicate_batch_is_our_bug(store: Store) -> None:
     assert [b.last_seq for b in await store.read_batches("s1")] == [3]
 
 
+@pytest.mark.trio
+async def test_save_writes_session_turns_and_batch_together(store: Store) -> None:
+    record = session("s1", title="first", last_seq=3, updated_at=2.0)  # not stored before: save inserts it
+    await store.save(record, turns=[turn("t1"), turn("t2", first_seq=3)], batch=batch(1, 3))
+    assert await store.get_session("s1") == record
+    assert [t.turn_id for t in await store.list_turns("s1")] == ["t1", "t2"]
+    assert await store.read_batches("s1") == [batch(1, 3)]
+
+    ended = turn("t2", first_seq=3, ended_at=4.0, last_seq=5, stop_reason="end_turn")
+    await store.save(session("s1", title="first", last_seq=5, updated_at=4.0), turns=[ended], batch=batch(4, 5))
+    assert await store.get_turn("t2") == ended
+    got = await store.get_session("s1")
+    assert got is not None and got.last_seq == 5
+    assert [b.first_seq for b in await store.read_batches("s1")] == [1, 4]
+
+    # All or nothing: a batch already stored fails the save, and the turn and session stay as they were.
+    with pytest.raises(InternalError):
+        await store.save(session("s1", title="changed", last_seq=9), turns=[turn("t3")], batch=batch(4, 9))
+    got = await store.get_session("s1")
+    assert got is not None and (got.title, got.last_seq) == ("first", 5)
+    assert await store.get_turn("t3") is None
+
+
 # -- delete --------------------------------------------------------------------------
 
 
@@ -320,6 +344,61 @@ async def test_sqlite_finished_turn_survives_kill_9(tmp_path: Path) -> None:
         t = await store.get_turn("t1")
         assert t is not None and (t.stop_reason, t.last_seq, t.ended_at) == ("end_turn", 3, 2.0)
         assert await store.read_batches("s1") == [StoredBatch(first_seq=1, last_seq=3, blob=b"events")]
+    finally:
+        await store.close()
+
+
+@pytest.mark.trio
+async def test_sqlite_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls made while a batch runs share the next transaction and thread hop; one that
+    fails is rolled back alone; a cancelled caller's call still completes."""
+    import bridge.store.sqlite as sqlite_module
+
+    batches: list[int] = []
+    run_batch = sqlite_module._run_batch
+
+    def counting(conn: sqlite3.Connection, ops: list[Any]) -> None:
+        batches.append(len(ops))
+        run_batch(conn, ops)
+
+    monkeypatch.setattr(sqlite_module, "_run_batch", counting)
+    store = SqliteStore(str(tmp_path / "state"))
+    await store.open()
+    try:
+        with trio.fail_after(30):
+            await store.put_session(session("s1"))
+            await store.append_batch("s1", batch(1, 2), last_seq=2, updated_at=2.0)
+            batches.clear()
+            failures: list[BaseException] = []
+
+            async def dup() -> None:
+                try:
+                    await store.append_batch("s1", batch(1, 9), last_seq=9, updated_at=9.0)  # its first_seq is taken
+                except InternalError as exc:
+                    failures.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(40):
+                    nursery.start_soon(store.put_session, session(f"g{i}"))
+                    if i == 20:
+                        nursery.start_soon(dup)
+            grouped = list(batches)
+            assert (await store.list_sessions(limit=0))[1] == 41
+            assert len(failures) == 1 and "UNIQUE" in str(failures[0])
+            got = await store.get_session("s1")
+            assert got is not None and got.last_seq == 2  # the failed call moved nothing
+            assert sum(grouped) == 41 and len(grouped) < 41  # shared transactions, not one each
+
+            # Cancelled while queued behind a running batch: the call still runs to the end.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.put_session, session("first"))
+                await trio.testing.wait_all_tasks_blocked()
+                with trio.CancelScope() as scope:
+                    scope.cancel()
+                    await store.put_session(session("cancelled"))
+                    await trio.lowlevel.checkpoint()  # where the cancellation lands
+            assert scope.cancelled_caught
+            assert await store.get_session("cancelled") == session("cancelled")
     finally:
         await store.close()
 

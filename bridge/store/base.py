@@ -11,6 +11,7 @@ Every method is async because the SQLite implementation runs in a worker thread.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
@@ -82,6 +83,10 @@ class Store(Protocol):
 
     async def append_batch(self, session_id: str, batch: StoredBatch, *, last_seq: int, updated_at: float) -> None:
         """Store one batch and move the session's `last_seq`/`updated_at`, in one transaction."""
+
+    async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
+        """Insert or replace the session record and the turn records, and store the
+        batch, in one transaction: what a session writes at each flush."""
 
     async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
         """Batches with `last_seq > after_seq`, in order."""

@@ -7,6 +7,7 @@ the caller's record and the stored one, and `meta` must be JSON-able here too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 import msgspec
@@ -95,6 +96,15 @@ class MemoryStore:
         if session is not None:
             session.last_seq = last_seq
             session.updated_at = updated_at
+
+    async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
+        if batch is not None and batch.first_seq in self._batches.get(session.session_id, {}):
+            raise InternalError(f"batch {session.session_id}@{batch.first_seq} is already stored")  # nothing written
+        self._sessions[session.session_id] = _copy(session)
+        for turn in turns:
+            self._turns[turn.turn_id] = _copy(turn)
+        if batch is not None:
+            self._batches.setdefault(session.session_id, {})[batch.first_seq] = batch
 
     async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
         batches = self._batches.get(session_id, {})

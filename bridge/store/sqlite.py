@@ -1,9 +1,10 @@
 """The daemon's `Store`: one SQLite file, `bridge.sqlite3`, in the state directory.
 
-Stdlib sqlite3 in WAL mode. Every blocking call runs in a worker thread through
-`trio.to_thread.run_sync`, on one connection serialized by a `trio.Lock`. Several
-agent-bridge processes may share a state directory (two editors), so writers take
-the write lock up front (`BEGIN IMMEDIATE`) and wait up to `busy_timeout` for it.
+Stdlib sqlite3 in WAL mode, one connection. Calls are queued and run in batches,
+each batch one transaction in one worker thread (`trio.to_thread.run_sync`): group
+commit, see `SqliteStore`. Several agent-bridge processes may share a state directory
+(two editors), so a batch that writes takes the write lock up front (`BEGIN
+IMMEDIATE`) and waits up to `busy_timeout` for it.
 
 The schema version is `PRAGMA user_version`; `_MIGRATIONS[n]` takes a database from
 version n to n + 1, so a later schema adds one entry and never edits an old one.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -79,6 +80,9 @@ _SESSION_COLUMNS = (
     "session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed"
 )
 _TURN_COLUMNS = "turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta"
+_PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_PUT_TURN = f"INSERT OR REPLACE INTO turns ({_TURN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_PUT_BATCH = "INSERT INTO events (session_id, first_seq, last_seq, blob) VALUES (?,?,?,?)"
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -129,18 +133,9 @@ def _write(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -
     return result
 
 
-def _read(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
-    """Run `body` in one read transaction: one snapshot even while others write."""
-    conn.execute("BEGIN")
-    try:
-        return body(conn)
-    finally:
-        conn.execute("COMMIT")
-
-
 def _connect(state_dir: str) -> sqlite3.Connection:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    # isolation_level=None: no implicit transactions; `_write`/`_read` open them.
+    # isolation_level=None: no implicit transactions; `_write` and `_run_batch` open them.
     conn = sqlite3.connect(os.path.join(state_dir, DB_FILENAME), isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
@@ -166,24 +161,103 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
+class _Op:
+    """One store call waiting for the writer: its body, then its outcome."""
+
+    __slots__ = ("fn", "write", "done", "lead", "result", "error")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], write: bool) -> None:
+        self.fn, self.write = fn, write
+        self.done = trio.Event()
+        self.lead = False  # woken to run the next batch, not with its outcome
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+def _run_batch(conn: sqlite3.Connection, batch: list[_Op]) -> None:
+    """Every call of `batch` in one transaction, each in its own savepoint, so one that
+    fails is rolled back alone and the others still commit. An error that ends the whole
+    transaction (busy, disk full) is every call's outcome."""
+    conn.execute("BEGIN IMMEDIATE" if any(op.write for op in batch) else "BEGIN")
+    try:
+        if len(batch) == 1:  # alone: its failure is the transaction's
+            batch[0].result = batch[0].fn(conn)
+        else:
+            for op in batch:
+                conn.execute("SAVEPOINT op")
+                try:
+                    op.result = op.fn(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO op")
+                    op.error = exc
+                conn.execute("RELEASE op")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        for op in batch:
+            op.result, op.error = None, exc
+        if not isinstance(exc, Exception):
+            raise
+
+
 class SqliteStore:
-    """The `Store` of `bridge.store.base` on `<state_dir>/bridge.sqlite3`."""
+    """The `Store` of `bridge.store.base` on `<state_dir>/bridge.sqlite3`.
+
+    Group commit: calls queue up while a batch runs, and the next batch runs them all in
+    one transaction on one worker-thread hop. Every call still returns only once its
+    transaction committed; under load many calls share the commit and the hop. The
+    first caller that finds no batch running runs one, then hands the queue to the
+    next waiting caller, so no caller serves others for long.
+    """
 
     def __init__(self, state_dir: str) -> None:
         self._state_dir = state_dir
         self._conn: sqlite3.Connection | None = None
-        self._lock = trio.Lock()
+        self._lock = trio.Lock()  # open and close
+        self._queue: list[_Op] = []
+        self._running = False
+        self._idle = trio.Event()
+        self._idle.set()
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        async with self._lock:
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T], *, write: bool = True) -> _T:
+        op = _Op(fn, write)
+        # Shielded: a queued call always completes, so a transaction is never left
+        # half-run and a waiter's outcome is never lost; a cancelled caller sees its
+        # cancellation at its next checkpoint.
+        with trio.CancelScope(shield=True):
+            self._queue.append(op)
+            if self._running:
+                await op.done.wait()
+            else:
+                self._running, self._idle = True, trio.Event()
+            if not op.done.is_set() or op.lead:
+                await self._lead()
+        if op.error is not None:
+            if isinstance(op.error, sqlite3.Error):
+                raise InternalError(f"sqlite: {op.error}") from op.error
+            raise op.error
+        return op.result  # type: ignore[no-any-return]
+
+    async def _lead(self) -> None:
+        batch, self._queue = self._queue, []
+        try:
             if self._conn is None:
-                raise InternalError("the store is not open")
-            try:
-                # abandon_on_cancel=False: a cancelled caller waits for the thread, so a
-                # transaction is never left half-run on a connection others will use.
-                return await trio.to_thread.run_sync(fn, self._conn, abandon_on_cancel=False)
-            except sqlite3.Error as exc:
-                raise InternalError(f"sqlite: {exc}") from exc
+                for op in batch:
+                    op.error = InternalError("the store is not open")
+            else:
+                await trio.to_thread.run_sync(_run_batch, self._conn, batch, abandon_on_cancel=False)
+        finally:
+            for op in batch:
+                op.lead = False
+                op.done.set()
+            if self._queue:
+                nxt = self._queue[0]
+                nxt.lead = True
+                nxt.done.set()
+            else:
+                self._running = False
+                self._idle.set()
 
     async def open(self) -> None:
         async with self._lock:
@@ -196,6 +270,7 @@ class SqliteStore:
 
     async def close(self) -> None:
         async with self._lock:
+            await self._idle.wait()
             if self._conn is not None:
                 # Forgotten only once closed: a close cancelled before it ran can be retried.
                 await trio.to_thread.run_sync(self._conn.close, abandon_on_cancel=False)
@@ -203,12 +278,11 @@ class SqliteStore:
 
     async def put_session(self, record: SessionRecord) -> None:
         row = _session_row(record)
-        sql = f"INSERT OR REPLACE INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-        await self._run(lambda c: c.execute(sql, row))
+        await self._run(lambda c: c.execute(_PUT_SESSION, row))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?"
-        row = await self._run(lambda c: c.execute(sql, (session_id,)).fetchone())
+        row = await self._run(lambda c: c.execute(sql, (session_id,)).fetchone(), write=False)
         return None if row is None else _session_record(row)
 
     async def list_sessions(
@@ -233,7 +307,7 @@ class SqliteStore:
             (total,) = c.execute(count_sql, params).fetchone()
             return c.execute(page_sql, [*params, limit, offset]).fetchall(), total
 
-        rows, total = await self._run(lambda c: _read(c, body))
+        rows, total = await self._run(body, write=False)
         return [_session_record(r) for r in rows], total
 
     async def delete_session(self, session_id: str) -> bool:
@@ -242,39 +316,48 @@ class SqliteStore:
             c.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
             return c.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
-        return await self._run(lambda c: _write(c, body))
+        return await self._run(body)
 
     async def put_turn(self, record: TurnRecord) -> None:
         row = _turn_row(record)
-        sql = f"INSERT OR REPLACE INTO turns ({_TURN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
-        await self._run(lambda c: c.execute(sql, row))
+        await self._run(lambda c: c.execute(_PUT_TURN, row))
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE turn_id = ?"
-        row = await self._run(lambda c: c.execute(sql, (turn_id,)).fetchone())
+        row = await self._run(lambda c: c.execute(sql, (turn_id,)).fetchone(), write=False)
         return None if row is None else _turn_record(row)
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY started_at, first_seq, turn_id"
-        rows = await self._run(lambda c: c.execute(sql, (session_id,)).fetchall())
+        rows = await self._run(lambda c: c.execute(sql, (session_id,)).fetchall(), write=False)
         return [_turn_record(r) for r in rows]
 
     async def append_batch(self, session_id: str, batch: StoredBatch, *, last_seq: int, updated_at: float) -> None:
         def body(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO events (session_id, first_seq, last_seq, blob) VALUES (?,?,?,?)",
-                (session_id, batch.first_seq, batch.last_seq, batch.blob),
-            )
+            c.execute(_PUT_BATCH, (session_id, batch.first_seq, batch.last_seq, batch.blob))
             c.execute(
                 "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
                 (last_seq, updated_at, session_id),
             )
 
-        await self._run(lambda c: _write(c, body))
+        await self._run(body)
+
+    async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
+        session_row = _session_row(session)
+        turn_rows = [_turn_row(t) for t in turns]
+        batch_row = (session.session_id, batch.first_seq, batch.last_seq, batch.blob) if batch is not None else None
+
+        def body(c: sqlite3.Connection) -> None:
+            c.execute(_PUT_SESSION, session_row)
+            c.executemany(_PUT_TURN, turn_rows)
+            if batch_row is not None:
+                c.execute(_PUT_BATCH, batch_row)
+
+        await self._run(body)
 
     async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
         sql = (
             "SELECT first_seq, last_seq, blob FROM events WHERE session_id = ? AND last_seq > ? ORDER BY first_seq"
         )
-        rows = await self._run(lambda c: c.execute(sql, (session_id, after_seq)).fetchall())
+        rows = await self._run(lambda c: c.execute(sql, (session_id, after_seq)).fetchall(), write=False)
         return [StoredBatch(first_seq=f, last_seq=l, blob=b) for f, l, b in rows]
