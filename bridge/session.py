@@ -126,10 +126,12 @@ class Turn:
         self.machine.apply(TurnInput.PROMPT)
         self.ended: TurnEnded | None = None
         self._done = trio.Event()
+        self._on_done: list[Callable[[], None]] = []
         self._cancel = trio.Event()
         self._answers: dict[str, tuple[Question, trio.Event, list[QuestionAnswered]]] = {}
         self.scope: trio.CancelScope | None = None
         self.started = time.monotonic()
+        self.started_at = time.time()
         self.first_seq = 0  # the seq of its TurnStarted event
         self.first_event_at: float | None = None  # the back's first event (a metric)
         self.invocation: Invocation | None = None  # a `/prompt args` to expand before the back runs
@@ -175,6 +177,13 @@ class Turn:
         assert self.ended is not None
         return self.ended
 
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the turn's end is stored (what `wait()` waits for), with no task."""
+        if self._done.is_set():
+            callback()
+        else:
+            self._on_done.append(callback)
+
     def open_question(self, question_id: str) -> Question | None:
         slot = self._answers.get(question_id)
         return slot[0] if slot and not slot[2] else None
@@ -215,6 +224,7 @@ class Session:
         self._subscribers: list[Subscriber] = []
         self._protocols: list[str] = []  # each subscriber's front, for the metric
         self._pending: list[Event] = []
+        self._unsaved_turns: dict[str, TurnRecord] = {}  # written with the next flush
         self._flush_lock = trio.Lock()
         self._flush_soon = trio.Event()
         # Set by the first event after a flush: an idle session's flusher sleeps on it,
@@ -340,21 +350,25 @@ class Session:
         return await self.manager.read_events(self.id, after_seq)
 
     async def flush(self) -> None:
+        """Write the pending events, the session record and the turn record that changed
+        since the last flush, in one transaction."""
         async with self._flush_lock:
-            if not self._pending:
+            if not self._pending and not self._unsaved_turns:
                 return
             batch, self._pending = self._pending, []
-            observer = self.manager.observer
-            if observer is not None:
-                for protocol in self._protocols:  # once per flush, not per event
-                    observer.events_delivered(protocol, len(batch))
-            blob = encode_events(batch)  # type: ignore[arg-type]
-            now = time.time()
-            self.record.updated_at = now
-            self.record.last_seq = batch[-1].seq
-            stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
+            turns, self._unsaved_turns = list(self._unsaved_turns.values()), {}
+            stored = None
+            if batch:
+                observer = self.manager.observer
+                if observer is not None:
+                    for protocol in self._protocols:  # once per flush, not per event
+                        observer.events_delivered(protocol, len(batch))
+                blob = encode_events(batch)  # type: ignore[arg-type]
+                self.record.updated_at = time.time()
+                self.record.last_seq = batch[-1].seq
+                stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
             with trio.CancelScope(shield=True):
-                await self.manager.store.append_batch(self.id, stored, last_seq=batch[-1].seq, updated_at=now)
+                await self.manager.store.save(self.record, turns=turns, batch=stored)
 
     async def _flusher(self) -> None:
         interval = self.manager.config.store.flush_interval_s
@@ -387,6 +401,10 @@ class Session:
             self.record.title = " ".join(text_of(content).split())[:80] or None
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content))
         turn.first_seq = self._seq
+        # Stored with its TurnStarted event at the next flush, not on any client's path.
+        self._unsaved_turns[turn.turn_id] = TurnRecord(
+            turn_id=turn.turn_id, session_id=self.id, started_at=turn.started_at, first_seq=turn.first_seq
+        )
         self._nursery.start_soon(self._run_turn, turn)
         return turn
 
@@ -407,14 +425,8 @@ class Session:
             return self._back_session
 
     async def _run_turn(self, turn: Turn) -> None:
-        started = time.time()
         set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id)
         log.info("turn started")
-        # The start record is written beside the back's start, not before it: it is
-        # not on any client's path (the TurnStarted event already is in the log).
-        assert self._nursery is not None
-        start_stored = trio.Event()
-        self._nursery.start_soon(self._store_turn_start, turn, started, start_stored)
         stop, error = StopReason.END_TURN, None
         limit = self.route.turn_timeout_s or math.inf
         with trio.CancelScope() as scope:
@@ -437,43 +449,33 @@ class Session:
         if turn.cancel_requested:
             # ACP §cancellation: once cancelled, the answer is `cancelled`, never an error.
             stop, error = StopReason.CANCELLED, None
-        await self._end_turn(turn, stop, error, started, start_stored)
+        await self._end_turn(turn, stop, error)
 
-    async def _store_turn_start(self, turn: Turn, started: float, done: trio.Event) -> None:
-        try:
-            with trio.CancelScope(shield=True):
-                await self.manager.store.put_turn(
-                    TurnRecord(turn_id=turn.turn_id, session_id=self.id, started_at=started, first_seq=turn.first_seq)
-                )
-        finally:
-            done.set()
-
-    async def _end_turn(
-        self, turn: Turn, stop: StopReason, error: TurnError | None, started: float, start_stored: trio.Event
-    ) -> None:
+    async def _end_turn(self, turn: Turn, stop: StopReason, error: TurnError | None) -> None:
         for qid in list(turn.machine.open_questions):
             turn._resolve(qid, QuestionAnswered(question_id=qid, cancelled=True, by="user"))
         turn.machine.apply(TurnInput.END)
         ended = TurnEnded(turn_id=turn.turn_id, stop_reason=stop, error=error)
         self._emit(ended)
+        # The end record replaces a start record not yet flushed; either way it is
+        # written after it (one flush at a time), with the last events and the session.
+        self._unsaved_turns[turn.turn_id] = TurnRecord(
+            turn_id=turn.turn_id,
+            session_id=self.id,
+            started_at=turn.started_at,
+            first_seq=turn.first_seq,
+            ended_at=time.time(),
+            last_seq=ended.seq,
+            stop_reason=stop.value,
+            error=error.message if error else None,
+        )
         with trio.CancelScope(shield=True):
             await self.flush()
-            await start_stored.wait()  # the end record must not be overwritten by the start
-            await self.manager.store.put_turn(
-                TurnRecord(
-                    turn_id=turn.turn_id,
-                    session_id=self.id,
-                    started_at=started,
-                    first_seq=turn.first_seq,
-                    ended_at=time.time(),
-                    last_seq=ended.seq,
-                    stop_reason=stop.value,
-                    error=error.message if error else None,
-                )
-            )
-            await self.manager.store.put_session(self.record)
         turn.ended = ended
         turn._done.set()
+        for callback in turn._on_done:
+            callback()
+        turn._on_done.clear()
         seconds = time.monotonic() - turn.started
         first = turn.first_event_at - turn.started if turn.first_event_at is not None else None
         log.info("turn ended: %s after %.3f s", stop.value, seconds)
@@ -614,7 +616,9 @@ class SessionManager:
             back = self._backs[route_name] = self._make_back(route_name, self.config.routes[route_name])
         return back
 
-    async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None) -> Session:
+    async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None, lazy: bool = False) -> Session:
+        """A new live session. `lazy`: for a caller that starts a turn in it at once
+        (A2A); its record is then stored with that turn's first flush, not before."""
         if not self.accepting:
             raise BackUnavailable(self.refusal)
         back = self.back_for(route_name)
@@ -629,7 +633,8 @@ class SessionManager:
             options={o.id: o.default or o.values[0].value for o in route.options},
             meta=meta or {},
         )
-        await self.store.put_session(record)
+        if not lazy:
+            await self.store.put_session(record)
         session = await self._start(record, back)
         log.info("session created", extra={"route": route_name, "session": record.session_id})
         if self.observer is not None:

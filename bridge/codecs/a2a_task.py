@@ -28,7 +28,8 @@ Mapping:
 
 from __future__ import annotations
 
-import datetime as dt
+import math
+import time
 from typing import Any
 
 from bridge.codecs.a2a import META_KEY, parts_from_blocks
@@ -64,9 +65,15 @@ STOP_STATES = s.TERMINAL_STATES | s.INTERRUPTED_STATES  # where a blocking call 
 _S = s.TaskState
 
 
+_second: list[Any] = [None, ""]  # (whole second, its "YYYY-MM-DDTHH:MM:SS"): most stamps share one
+
+
 def iso_time(ts: float) -> str:
-    """ProtoJSON timestamp (RFC 3339, UTC, `Z`)."""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """ProtoJSON timestamp (RFC 3339, UTC, `Z`), to the millisecond."""
+    whole = math.floor(ts)
+    if _second[0] != whole:
+        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return f"{_second[1]}.{min(int((ts - whole) * 1000), 999):03d}Z"
 
 
 def final_state(stop: StopReason | str, error_kind: str | None = None) -> tuple[str, str | None]:

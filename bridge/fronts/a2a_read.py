@@ -114,6 +114,8 @@ async def list_tasks(service: Any, route: str, req: s.ListTasksRequest) -> s.Lis
 
 async def _rows(service: Any, route: str, context_id: str | None) -> list[tuple[str, float, str]]:
     """(task id, status time, state) of every task of the route (or of one context)."""
+    for live in list(service.live.values()):  # running tasks' records, if not flushed yet
+        await live.session.flush()
     if context_id:
         try:
             primary = await service._primary(route, context_id)

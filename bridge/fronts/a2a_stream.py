@@ -150,15 +150,15 @@ class LiveTask:
             if self._unsubscribe is not None:
                 self._unsubscribe()
             self._on_end(self)  # now: the task's state joins the record the session writes next
-            self.session.shared_nursery.start_soon(self._settle, out)
+            self.turn.when_done(lambda: self._settle(out))
             return
         if out:
             self._fan_out(out)
         if self.projector.state != before:
             self._state_changed(out)
 
-    async def _settle(self, out: list[s.StreamResponse]) -> None:
-        await self.turn.wait()  # returns once the turn's end is stored
+    def _settle(self, out: list[s.StreamResponse]) -> None:
+        """The turn's end is stored: clients may hear it now."""
         self.settled = True
         self._fan_out(out)
         for stream, history_length in self._late:

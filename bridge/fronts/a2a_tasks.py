@@ -103,7 +103,7 @@ class TaskService:
             session = await self._session_for(route, msg.context_id)
             context_id = msg.context_id
         else:
-            session = await self.manager.create(route, meta={META: {}})
+            session = await self.manager.create(route, meta={META: {}}, lazy=True)
             context_id = session.id
         refs = list(msg.reference_task_ids or ())
         quoted = await self._quote_references(route, context_id, session.id, refs) if refs else []
@@ -214,7 +214,7 @@ class TaskService:
 
     async def _side_session(self, route: str, context_id: str, *, primary: Session | None = None) -> Session:
         primary = primary or await self._primary(route, context_id)
-        session = await self.manager.create(route, meta={META: {"ctx": context_id}})
+        session = await self.manager.create(route, meta={META: {"ctx": context_id}}, lazy=True)
         a2a_meta(primary.record.meta).setdefault("side", []).append(session.id)
         await self.manager.store.put_session(primary.record)
         return session
