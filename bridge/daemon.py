@@ -112,7 +112,9 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
 
     access = Access(config.ws)
     streams = ChatStreams(config.ws, manager)
-    app.websocket("/ws", WsFront(config, manager, streams, access))
+    ws = WsFront(config, manager, streams, access)
+    app.websocket("/ws", ws)
+    app.background(ws.run)  # closes the sockets at shutdown, after the drain
     rest.register(app, config, manager, streams, access)
 
     # The A2A front: every route as an A2A agent at /a2a/{route} (protocols.md §2).

@@ -12,7 +12,8 @@ keep-alive connections; new sessions and turns are refused); running turns get
 `[daemon] shutdown_grace_s` to finish, then are cancelled through the session, so
 each front says it its own way (ACP `cancelled`, chat `interrupted`, A2A
 `CANCELED`); ACP socket connections end as at an editor's EOF once their answers are
-written; HTTP connections get `[server] graceful_timeout_s`; then the sessions close
+written, chat WebSockets close with 1001 once their runs' ends are sent (bridge/fronts/ws.py);
+other HTTP connections get `[server] graceful_timeout_s`; then the sessions close
 (their agent processes end) and the store is flushed and closed. A second signal
 stops at once: sessions are cancelled (their processes still end), nothing waits.
 
@@ -297,8 +298,7 @@ async def _stop_gracefully(
     running = sum(t for _, t in counts.values())
     grace = config.daemon.shutdown_grace_s
     notifier.stopping(f"stopping: {running} turns running get {grace:g} s to finish")
-    manager.accepting = False
-    manager.refusal = "the bridge is shutting down"
+    manager.stop_accepting("the bridge is shutting down")
     if acp_front is not None:
         acp_front.stop_accepting()
     # hypercorn stops accepting now; its own deadline for open connections stays behind ours.
@@ -306,6 +306,7 @@ async def _stop_gracefully(
     hc.graceful_timeout = grace + cancel_grace + config.server.graceful_timeout_s + 10
     http_stop.set()
     cancelled = await manager.drain(grace)
+    manager.drained.set()
     if cancelled:
         log.info("%d turn(s) still running after %g s were cancelled", cancelled, grace)
     notifier.status("stopping: closing connections")

@@ -14,9 +14,10 @@ process anyway). Fronts never talk to backs, only to sessions:
   flusher; a turn's end is flushed before `Turn.wait()` returns, so a finished turn is
   durable before any client hears that it finished.
 
-For the daemon (reload, shutdown, metrics): `SessionManager.accepting` off refuses new
-sessions and turns; `drain(grace_s)` lets running turns finish, then cancels the rest,
-so every front reports the cancellation its own way from `TurnEnded(cancelled)`;
+For the daemon (reload, shutdown, metrics): `stop_accepting()` refuses new sessions
+and turns from then on (`accepting` off, the `stopping` event set); `drain(grace_s)`
+lets running turns finish, then cancels the rest, so every front reports the
+cancellation its own way from `TurnEnded(cancelled)` (the daemon sets `drained` after);
 `reconfigure(config)` swaps routes (removed routes' sessions are `retired`: no new
 turns); an optional `observer` (bridge/metrics.py) hears of sessions, turns and back
 errors once each, and of delivered events once per store flush, never per event.
@@ -598,6 +599,8 @@ class SessionManager:
         self.observer: TurnObserver | None = None
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
         self.refusal = "the bridge is shutting down"
+        self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good
+        self.drained = trio.Event()  # ... and the stop's drain has ended every running turn
         self._aborted = False
         self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
 
@@ -728,9 +731,15 @@ class SessionManager:
                 await turn.wait()
         return len(late)
 
+    def stop_accepting(self, refusal: str) -> None:
+        """The daemon stops: refuse new sessions and turns from now on, saying `refusal`."""
+        self.accepting = False
+        self.refusal = refusal
+        self.stopping.set()
+
     def abort(self) -> None:
         """Stop every session now (a second SIGTERM): their backs still end their processes."""
         self._aborted = True
-        self.accepting = False
+        self.stop_accepting(self.refusal)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()

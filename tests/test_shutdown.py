@@ -2,9 +2,11 @@
 
 Each client hears the cancellation its own protocol's way (ACP `cancelled` on the unix
 socket, through the `--connect` shim and over an ACP back's agent; chat `chat:end`
-`interrupted` on the WebSocket), nothing the daemon started is left in the process
-table, and the finished turns are in the store. A turn that ends within the grace
-period is not cancelled; a second signal stops at once.
+`interrupted` on the WebSocket, then close 1001; A2A `TASK_STATE_CANCELED` at the end of
+the official SDK client's stream), nothing the daemon started is left in the process
+table, and the finished turns are in the store (an A2A task reads back CANCELED after a
+restart). Open WebSockets do not hold the stop until `[server] graceful_timeout_s`. A
+turn that ends within the grace period is not cancelled; a second signal stops at once.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from bridge.store import open_store
 from daemon_support import AcpClient, Notifications, alive, base_config, demo_route, descendants, start_daemon, toml
 
 HAS_WS = (Path(__file__).resolve().parent.parent / "bridge" / "fronts" / "ws.py").exists()
+A2A_CLIENT = Path(__file__).resolve().parent / "peers" / "a2a_client.py"
+V10 = {"A2A-Version": "1.0"}
 
 
 def _child_agent_route(bridge_exe: list[str], tmp_path: Path) -> dict[str, Any]:
@@ -157,6 +162,171 @@ async def _ws_client(url: str, session_id: str, frames: list[dict[str, Any]], op
             return
 
 
+async def test_sigterm_ends_a2a_streams_and_closes_chat_sockets(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:
+    import httpx
+
+    notify = Notifications(tmp_path / "notify.sock")
+    routes = {"demo": demo_route(chunk_delay_s=0.05, slow_duration_s=30.0)}
+    # A long HTTP graceful timeout: a WebSocket left open would hold the stop that long.
+    config = base_config(tmp_path, routes, daemon={"shutdown_grace_s": 1}, server={"graceful_timeout_s": 30})
+    a2a: dict[str, Any] = {}
+    chat: dict[str, Any] = {"frames": []}
+    idle: dict[str, Any] = {"frames": []}
+    try:
+        with trio.fail_after(90):
+            async with start_daemon(bridge_exe, tmp_path, clean_env, config, extra_env={"NOTIFY_SOCKET": notify.path}) as d:
+                async with trio.open_nursery() as nursery, httpx.AsyncClient(base_url=d.url, timeout=10) as h:
+                    # 1. The official A2A SDK client (its own process): SendStreamingMessage, a long turn.
+                    nursery.start_soon(_a2a_stream, d.url, a2a)
+                    # 2. A chat client with a run going, and one connected with nothing to watch.
+                    chat_sid = (await h.post("/api/sessions", json={"route": "demo"})).json()["session_id"]
+                    await nursery.start(_chat_client, d.url, chat_sid, chat)
+                    await nursery.start(_chat_client, d.url, None, idle)
+
+                    with trio.fail_after(30):
+                        while not (await _working_tasks(h)):
+                            await trio.sleep(0.05)
+                        while not any(f["event"] == "turn:patch" for f in chat["frames"]):
+                            await trio.sleep(0.02)
+                    task_id = (await _working_tasks(h))[0]["id"]
+                    assert await _upgrade(d.url) == "HTTP/1.1 101 "  # the probe used below, while serving
+
+                    t0 = time.monotonic()
+                    d.signal(signal.SIGTERM)
+                    await notify.wait_for(lambda states: "STOPPING" in states)
+                    # Stopping: a new WebSocket is refused, never upgraded nor left hanging.
+                    assert await _upgrade(d.url) in ("refused", "reset", "closed", "HTTP/1.1 503 "), d.log_text()
+                    with trio.move_on_after(20):  # well under graceful_timeout_s (30 s)
+                        await d.proc.wait()
+                    elapsed = time.monotonic() - t0
+                    assert d.proc.returncode is not None, f"still running {elapsed:.1f} s after SIGTERM:\n{d.log_text()}"
+                    assert d.proc.returncode == 0, d.log_text()
+                    with trio.fail_after(30):
+                        while "returncode" not in a2a or "close" not in chat or "close" not in idle:
+                            await trio.sleep(0.05)
+    finally:
+        notify.close()
+    # The grace period (1 s), the cancel, the connections closed: not graceful_timeout_s.
+    assert elapsed < 15, elapsed
+    assert notify.states() == ["READY", "STOPPING"]
+
+    # A2A: the SDK's stream ran, then ended with the final status CANCELED.
+    assert a2a["returncode"] == 0, a2a["stderr"]
+    sent = json.loads(a2a["stdout"])["results"]["send"]
+    assert "traceback" not in sent, sent
+    assert sent["task_id"] == task_id and sent["kinds"][0] == "task" and "artifactUpdate" in sent["kinds"], sent["kinds"]
+    assert sent["kinds"][-1] == "statusUpdate" and sent["state"] == "TASK_STATE_CANCELED", sent
+    assert sent["events"][-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+    # Chat: the run's end (interrupted), then close 1001 "going away"; the idle client too.
+    events = [f["event"] for f in chat["frames"]]
+    assert events[-1] == "chat:end" and chat["frames"][-1]["data"]["status"] == "interrupted", events[-5:]
+    ends = [f["data"] for f in chat["frames"] if f["event"] == "turn:end"]
+    assert ends and ends[-1]["role"] == "assistant" and ends[-1]["status"] == "interrupted", ends[-1:]
+    for client in (chat, idle):
+        code, reason = client["close"]
+        assert code == 1001 and "shutting down" in reason, client["close"]
+
+    # The store: both turns ended cancelled; after a restart, GetTask reads CANCELED.
+    turns = await _turns(tmp_path / "state")
+    assert turns[chat_sid] == ["cancelled"]
+    assert sorted(r for rs in turns.values() for r in rs) == ["cancelled", "cancelled"], turns
+    with trio.fail_after(40):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config, name="second") as d2:
+            async with httpx.AsyncClient(base_url=d2.url, timeout=10) as h:
+                r = await h.post("/a2a/demo", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}, headers=V10)
+            assert r.status_code == 200, r.text
+            assert r.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED", r.json()
+            d2.signal(signal.SIGTERM)
+            assert await d2.wait() == 0
+
+
+async def test_a_websocket_arriving_while_stopping_is_refused_before_the_upgrade() -> None:
+    """The listener closes when the stop begins; a handshake already read by then is
+    refused by the chat front itself (503, no upgrade), not accepted and left open."""
+    from types import SimpleNamespace
+
+    from bridge.config import parse_config
+    from bridge.fronts.chat_access import Access
+    from bridge.fronts.chat_streams import ChatStreams
+    from bridge.fronts.ws import WsFront
+
+    config = parse_config({"routes": {"demo": demo_route()}})
+    manager: Any = SimpleNamespace(accepting=False, refusal="the bridge is shutting down")
+    front = WsFront(config, manager, ChatStreams(config.ws, manager), Access(config.ws))
+    sent: list[dict[str, Any]] = []
+    connected = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal connected
+        if connected:
+            await trio.sleep_forever()  # the client says nothing more
+        connected = True
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "websocket", "path": "/ws", "headers": [], "extensions": {"websocket.http.response": {}}}
+    with trio.fail_after(5):
+        await front(scope, receive, send, {})
+    assert [m["type"] for m in sent] == ["websocket.http.response.start", "websocket.http.response.body"]
+    assert sent[0]["status"] == 503 and b"shutting down" in sent[1]["body"]
+
+
+async def _upgrade(url: str) -> str:
+    """A WebSocket upgrade on a new connection: how it was answered ("refused" at connect,
+    "reset" or "closed" without an answer, else the status line up to its reason)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    request = f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" \
+              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"  # fmt: skip
+    with trio.fail_after(10):
+        try:
+            stream = await trio.open_tcp_stream(host, int(port))
+        except OSError:
+            return "refused"
+        async with stream:
+            data = b""
+            try:
+                await stream.send_all(request.encode())
+                while b"\r\n" not in data and (chunk := await stream.receive_some(4096)):
+                    data += chunk
+            except trio.BrokenResourceError:
+                return "reset"
+    return data.decode("latin-1")[:13] if data else "closed"
+
+
+async def _working_tasks(h: Any) -> list[dict[str, Any]]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"status": "TASK_STATE_WORKING"}}
+    r = await h.post("/a2a/demo", json=body, headers=V10)
+    assert r.status_code == 200, r.text
+    return r.json()["result"].get("tasks", [])  # type: ignore[no-any-return]
+
+
+async def _a2a_stream(url: str, out: dict[str, Any]) -> None:
+    """tests/peers/a2a_client.py: one streaming SendMessage of a long turn, reported when its stream ends."""
+    opts = {"url": url, "route": "demo", "binding": "JSONRPC", "dialect": "1.0", "timeout_s": 60,
+            "scenarios": [["send", {"streaming": True, "text": "slow: x"}]]}  # fmt: skip
+    proc = await trio.run_process([sys.executable, str(A2A_CLIENT), json.dumps(opts)], capture_stdout=True, capture_stderr=True, check=False)
+    out.update(stdout=proc.stdout, stderr=proc.stderr.decode(errors="replace"), returncode=proc.returncode)
+
+
+async def _chat_client(url: str, session_id: str | None, out: dict[str, Any],
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
+    """A chat client (a run in `session_id`, or none): its frames, then the close it saw."""
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    async with open_websocket_url(url.replace("http://", "ws://") + "/ws") as conn:
+        if session_id is not None:
+            await conn.send_message(json.dumps({"event": "chat:send", "data": {"session_id": session_id, "message": "slow: x"}}))
+        task_status.started()
+        try:
+            while True:
+                out["frames"].append(json.loads(await conn.get_message()))
+        except ConnectionClosed as exc:
+            out["close"] = (exc.reason.code, exc.reason.reason or "")
+
+
 async def test_a_turn_that_ends_within_the_grace_period_is_not_cancelled(
     bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
 ) -> None:
@@ -213,3 +383,26 @@ async def test_an_idle_daemon_stops_at_once_and_cleanly(bridge_exe: list[str], t
             assert await d.wait() == 0
             assert time.monotonic() - t0 < 5
             assert not Path(d.acp_socket).exists()  # type: ignore[arg-type]
+
+
+async def test_a_finished_a2a_stream_on_a_kept_alive_connection_does_not_hold_the_stop(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """The client's disconnect can land inside hypercorn's end-of-response work; unshielded,
+    that left the connection half-closed and the stop waited out graceful_timeout_s."""
+    import httpx
+
+    config = base_config(tmp_path, {"demo": demo_route()}, server={"graceful_timeout_s": 30})
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}}  # fmt: skip
+    with trio.fail_after(60):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            async with httpx.AsyncClient(base_url=d.url, timeout=10) as h:  # kept open across the stop
+                async with h.stream("POST", "/a2a/demo", json=body, headers=V10) as r:
+                    text = "".join([chunk async for chunk in r.aiter_text()])
+                assert "TASK_STATE_COMPLETED" in text, text
+                t0 = time.monotonic()
+                d.signal(signal.SIGTERM)
+                with trio.move_on_after(15):  # well under graceful_timeout_s (30 s)
+                    await d.proc.wait()
+                assert d.proc.returncode == 0, f"still running {time.monotonic() - t0:.1f} s after SIGTERM:\n{d.log_text()}"

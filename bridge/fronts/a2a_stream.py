@@ -97,7 +97,11 @@ class SseStream:
             if idle.cancelled_caught and not self._frames and not self.closed:
                 await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
         tail = b": dropped: this client fell behind; SubscribeToTask to resume\n\n" if self.dropped else b""
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        # Shielded: the client's disconnect (`_watch`) may land inside hypercorn's
+        # end-of-response work, which would leave the connection neither open nor
+        # closed and hold the listener at shutdown (mcp_http._shielded says more).
+        with trio.CancelScope(shield=True):
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def _watch(self, receive: Any, scope: trio.CancelScope) -> None:
         # The body was read before the stream began: what comes now is the disconnect.

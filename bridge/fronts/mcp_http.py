@@ -100,8 +100,7 @@ class McpHttp:
             self._sm = None
 
     async def _close_streams_on_stop(self, sm: Any) -> None:
-        while self.manager.accepting:
-            await trio.sleep(0.25)
+        await self.manager.stopping.wait()
         self._stopping = True
         # The SDK keeps its sessions' transports privately; each may hold an open GET stream.
         for transport in list(getattr(sm, "_server_instances", {}).values()):

@@ -18,6 +18,13 @@ header, refused before the upgrade with 403/401) or the first frame's `auth.toke
   never paused for it, and its memory stays bounded; it may resume with
   `after_sequence`.
 
+Shutdown (SIGTERM): once the daemon stops accepting, a new WebSocket is refused (503,
+before the upgrade); once the drain has ended the running turns, and so every client
+has its run's `turn:end` and `chat:end` (`interrupted` if cancelled) queued, every open
+socket gets what is queued, then close 1001 (going away), so the listener is not held
+until `[server] graceful_timeout_s`. A closing write is shielded with a deadline: a
+cancel cannot cut it off inside hypercorn's close.
+
 Writes (ws_send.py): with `batch_writes`, every waiting frame goes out in one socket
 write through hypercorn's WebSocket stream, each still its own WebSocket message;
 otherwise one ASGI `websocket.send` per frame. The writer task exists only while
@@ -57,11 +64,12 @@ from bridge.fronts.ws_send import AsgiSender, FrameQueue, Gone, HypercornSender,
 from bridge.schema import chat
 from bridge.session import SessionManager
 
-__all__ = ["CLOSE_SLOW", "WsFront"]
+__all__ = ["CLOSE_GOING_AWAY", "CLOSE_SLOW", "WsFront"]
 
 log = logging.getLogger("bridge.fronts.ws")
 
 CLOSE_SLOW = 4008  # application-defined twin of 1008 (policy): "slow consumer"
+CLOSE_GOING_AWAY = 1001  # RFC 6455 §7.4.1: "a server going down"
 _frame = msgspec.json.Decoder(chat.ClientFrame)
 _data: dict[str, msgspec.json.Decoder[Any]] = {
     name: msgspec.json.Decoder(typ) for name, typ in chat.CLIENT_EVENTS.items()
@@ -100,9 +108,32 @@ class WsFront:
         self.manager = manager
         self.streams = streams
         self.access = access
+        self.connections: set[_Connection] = set()  # open sockets, closed at shutdown
+        self.closing = False  # the daemon is stopping and its turns have ended: close every socket
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Beside the listener (HttpApp.background): closes every socket once the daemon stops.
+
+        First the drain (`manager.drained`, bridge/service.py): a cancelled run's `turn:end`
+        and `chat:end` are queued on its watchers when its turn ends, and no turn starts
+        while stopping. Then close 1001 after what is queued; without it, an open socket would hold the
+        listener until `[server] graceful_timeout_s`.
+        """
+        task_status.started()
+        await self.manager.drained.wait()
+        self.closing = True
+        for conn in list(self.connections):
+            conn.close(CLOSE_GOING_AWAY, "the bridge is shutting down", flush=True)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
         if (await receive())["type"] != "websocket.connect":
+            return
+        if not self.manager.accepting:  # stopping: the listener itself no longer accepts
+            log.info("WebSocket refused: %s", self.manager.refusal)
+            if "websocket.http.response" in scope.get("extensions", {}):
+                await _deny(send, 503, self.manager.refusal)
+            else:
+                await send({"type": "websocket.close", "code": CLOSE_GOING_AWAY})
             return
         try:
             self.access.check_origin(scope)
@@ -172,6 +203,9 @@ class _Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self.front.connections.add(self)
+                if self.front.closing:  # accepted as the others were being closed
+                    self.close(CLOSE_GOING_AWAY, "the bridge is shutting down")
                 if self._authed is not None:
                     nursery.start_soon(self._auth_deadline, self._authed)
                 await self._reader()
@@ -179,6 +213,7 @@ class _Connection:
                     nursery.cancel_scope.cancel()  # the client left: nothing more to write
                 # else the writer sends the close frame, then ends the connection
         finally:
+            self.front.connections.discard(self)
             self._leave_all()
 
     def close(self, code: int, reason: str, *, flush: bool = False) -> None:
@@ -216,18 +251,24 @@ class _Connection:
     async def _writer(self) -> None:
         assert self._nursery is not None and self.sender is not None
         try:
-            while True:
-                if self._ping_due and self.close_code is None:
+            while self.close_code is None:
+                if self._ping_due:
                     self._ping_due = False
                     await self.sender.ping()
-                if not len(self.outbox) or (self.close_code is not None and not self._flush):
+                if not len(self.outbox):
                     break
                 items = self.outbox.take()
                 self.sending_since = trio.current_time()
                 await self.sender.send_many(items)
                 self.sending_since = None
             if self.close_code is not None:
-                with trio.move_on_after(self.cfg.slow_client_timeout_s):
+                # What explains the close (if flushed), then the close frame: shielded, with
+                # the slow-client deadline. A cancel landing inside hypercorn's close would
+                # lose the frames and leave its connection neither open nor closed, holding
+                # the listener at shutdown (as mcp_http._shielded explains for SSE).
+                with trio.move_on_after(self.cfg.slow_client_timeout_s, shield=True):
+                    if self._flush and len(self.outbox):
+                        await self.sender.send_many(self.outbox.take())
                     await self.sender.close(self.close_code, self.close_reason)
                 self._nursery.cancel_scope.cancel()
         except Gone:
