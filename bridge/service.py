@@ -12,8 +12,9 @@ keep-alive connections; new sessions and turns are refused); running turns get
 `[daemon] shutdown_grace_s` to finish, then are cancelled through the session, so
 each front says it its own way (ACP `cancelled`, chat `interrupted`, A2A
 `CANCELED`); ACP socket connections end as at an editor's EOF once their answers are
-written, chat WebSockets close with 1001 once their runs' ends are sent (bridge/fronts/ws.py);
-other HTTP connections get `[server] graceful_timeout_s`; then the sessions close
+written, chat WebSockets close with 1001 once their runs' ends are sent (bridge/fronts/ws.py),
+queued A2A push notifications are delivered, and other HTTP connections get
+`[server] graceful_timeout_s` (each); then the sessions close
 (their agent processes end) and the store is flushed and closed. A second signal
 stops at once: sessions are cancelled (their processes still end), nothing waits.
 
@@ -310,7 +311,12 @@ async def _stop_gracefully(
     if cancelled:
         log.info("%d turn(s) still running after %g s were cancelled", cancelled, grace)
     notifier.status("stopping: closing connections")
-    if acp_front is not None:
-        await acp_front.finish(3.0)
+    async with trio.open_nursery() as nursery:
+        if acp_front is not None:
+            nursery.start_soon(acp_front.finish, 3.0)
+        with trio.move_on_after(config.server.graceful_timeout_s):
+            async with trio.open_nursery() as finishing:  # what fronts still deliver (A2A webhooks)
+                for finish in manager.before_close:
+                    finishing.start_soon(finish)
     with trio.move_on_after(config.server.graceful_timeout_s):
         await http_done.wait()

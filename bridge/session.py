@@ -36,7 +36,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 import trio
@@ -601,6 +601,9 @@ class SessionManager:
         self.refusal = "the bridge is shutting down"
         self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good
         self.drained = trio.Event()  # ... and the stop's drain has ended every running turn
+        # What fronts finish after the drain, before the sessions close (A2A webhooks);
+        # the daemon runs them concurrently, bounded by `[server] graceful_timeout_s`.
+        self.before_close: list[Callable[[], Awaitable[None]]] = []
         self._aborted = False
         self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
 

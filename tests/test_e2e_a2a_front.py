@@ -271,6 +271,29 @@ async def test_push_notifications_are_delivered_with_retries_and_auth(bridge_exe
     assert first["body"]["statusUpdate"]["taskId"] == task["id"]
 
 
+async def test_queued_push_notifications_are_delivered_before_the_daemon_exits(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """SIGTERM cancels a running task; its CANCELED, queued behind retries, still reaches the webhook."""
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            hook = Webhook(fail=3)  # 503 three times: the queue is still waiting when the stop begins
+            await nursery.start(hook.serve)
+            # The retries take ~2 s; the stop gives what is queued up to graceful_timeout_s.
+            async with daemon(bridge_exe, tmp_path, clean_env, a2a={"push_backoff_s": 0.3}, server={"graceful_timeout_s": 20}) as d:
+                async with httpx.AsyncClient(base_url=d.url, timeout=30) as h:
+                    config = {"returnImmediately": True, "taskPushNotificationConfig": {"url": hook.url()}}
+                    task = (await call(h, "demo", "SendMessage", {**message("slow: x"), "configuration": config}))["result"]["task"]
+                await hook.wait_for(lambda reqs: len(reqs) >= 1)
+                d.signal(signal.SIGTERM)
+                assert await d.wait(timeout=30) == 0, d.log_text()
+                assert "not delivered" not in d.log_text()
+            nursery.cancel_scope.cancel()
+    states = [q["body"]["statusUpdate"]["status"]["state"] for q in hook.requests[3:]]
+    assert states == ["TASK_STATE_WORKING", "TASK_STATE_CANCELED"], [q["body"] for q in hook.requests]
+    assert {q["body"]["statusUpdate"]["taskId"] for q in hook.requests} == {task["id"]}
+
+
 # -- an ACP agent as the back -------------------------------------------------------------------
 
 

@@ -14,7 +14,9 @@ a failed POST (connection error, timeout, 408/425/429, 5xx) is retried after
 `push_backoff_s`, doubled each time up to `push_max_backoff_s`, `push_max_attempts`
 times in all; another 4xx is the webhook's final word. At least once: a
 notification counts as delivered only on a 2xx, so a retry may repeat one that
-arrived. Notifications still queued when the daemon stops are lost.
+arrived. When the daemon stops, what is queued (the final CANCELED of the turns the
+stop cancelled among it) is delivered within `[server] graceful_timeout_s` before
+the daemon exits (`finish`); what is still queued then is lost, with a warning.
 
 Where notifications may go: only to hosts in `[a2a] push_allowed_hosts`, checked
 when a config is made and again before each POST, with redirects not followed,
@@ -104,8 +106,25 @@ class PushService:
         self.cfg = cfg
         self.tasks = tasks
         self._hooks: dict[tuple[str, str], _Hook] = {}
+        self._quiet = trio.Event()  # set while nothing is queued
+        self._quiet.set()
         self._client: Any = None
         tasks.push = self
+        tasks.manager.before_close.append(self.finish)
+
+    async def finish(self) -> None:
+        """The daemon stops (after the drain): deliver what is queued, then close the client.
+        The caller bounds the wait; cancelled, it says how much is lost."""
+        try:
+            await self._quiet.wait()
+        finally:
+            left = sum(len(h.queue) for h in self._hooks.values())
+            if left:
+                log.warning("stopping: %d push notification(s) to %d webhook(s) not delivered", left, len(self._hooks))
+            if self._client is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self._client.aclose()
+                self._client = None
 
     @property
     def enabled(self) -> bool:
@@ -210,6 +229,8 @@ class PushService:
                 if c.get("token"):
                     headers["x-a2a-notification-token"] = str(c["token"])
                 hook = self._hooks[key] = _Hook(str(c["url"]), headers)
+                if self._quiet.is_set():
+                    self._quiet = trio.Event()
             if len(hook.queue) >= self.cfg.push_queue_max:
                 hook.queue.popleft()
                 log.warning("task %s: webhook %s is behind; its oldest notification was dropped", projector.task_id, _origin(hook.url))
@@ -247,6 +268,8 @@ class PushService:
             hook.running = False
             if not hook.queue:
                 self._hooks.pop(key, None)
+                if not self._hooks:
+                    self._quiet.set()
 
     async def _post(self, hook: _Hook, body: bytes) -> str | None:
         """None when delivered; else why not ("final: ..." when a retry cannot help)."""
