@@ -227,10 +227,6 @@ class Session:
         self._pending: list[Event] = []
         self._unsaved_turns: dict[str, TurnRecord] = {}  # written with the next flush
         self._flush_lock = trio.Lock()
-        self._flush_soon = trio.Event()
-        # Set by the first event after a flush: an idle session's flusher sleeps on it,
-        # with no timer, so many idle live sessions cost no wake-ups.
-        self._has_pending = trio.Event()
         self._back_session: BackSession | None = None
         self._back_lock = trio.Lock()
         self.turn: Turn | None = None
@@ -250,10 +246,10 @@ class Session:
             try:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    nursery.start_soon(self._flusher)
                     task_status.started()
                     await self._closed.wait()
-                    nursery.cancel_scope.cancel()
+                    if nursery.child_tasks:
+                        nursery.cancel_scope.cancel()
             finally:
                 unlisten()
         finally:
@@ -309,7 +305,7 @@ class Session:
         self._seq += 1
         event.seq = self._seq
         if not self._pending:
-            self._has_pending.set()
+            self.manager._dirty(self)
         self._pending.append(event)
         for sub in self._subscribers:
             sub.deliver(event)
@@ -323,7 +319,7 @@ class Session:
             await self.flush()
             return
         if pending >= _FLUSH_AT_EVENTS:
-            self._flush_soon.set()  # written in the background while the back goes on
+            self.manager._flush_soon.set()  # written in the background while the back goes on
         await trio.lowlevel.checkpoint()
 
     def subscribe(self, sub: Subscriber) -> Callable[[], None]:
@@ -370,17 +366,6 @@ class Session:
                 stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
             with trio.CancelScope(shield=True):
                 await self.manager.store.save(self.record, turns=turns, batch=stored)
-
-    async def _flusher(self) -> None:
-        interval = self.manager.config.store.flush_interval_s
-        while True:
-            await self._has_pending.wait()
-            with trio.move_on_after(interval):
-                await self._flush_soon.wait()
-            self._flush_soon = trio.Event()
-            self._has_pending = trio.Event()
-            if self._pending:
-                await self.flush()
 
     # -- turns ----------------------------------------------------------------------
     def start_turn(self, content: list[ContentBlock]) -> Turn:
@@ -596,6 +581,11 @@ class SessionManager:
         self._backs: dict[str, Back] = {}
         self._live: dict[str, Session] = {}
         self._nursery: trio.Nursery | None = None
+        # Sessions with events not stored yet, and what wakes the flusher: the first
+        # such session (then it waits flush_interval_s), or one with many (at once).
+        self._pending: dict[Session, None] = {}
+        self._has_pending = trio.Event()
+        self._flush_soon = trio.Event()
         self.observer: TurnObserver | None = None
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
         self.refusal = "the bridge is shutting down"
@@ -611,8 +601,33 @@ class SessionManager:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.prompts.run)
+            nursery.start_soon(self._flusher)
             task_status.started()
             await trio.sleep_forever()
+
+    def _dirty(self, session: Session) -> None:
+        """`session` has its first event since its last flush."""
+        self._pending[session] = None
+        self._has_pending.set()
+
+    async def _flusher(self) -> None:
+        """Every session's pending events, stored at most `flush_interval_s` after the first
+        (sooner past `_FLUSH_AT_EVENTS`); one task for all sessions, so an idle daemon has
+        no timers, and the sessions due together share one store transaction."""
+        interval = self.config.store.flush_interval_s
+        while True:
+            await self._has_pending.wait()
+            with trio.move_on_after(interval):
+                await self._flush_soon.wait()
+            self._flush_soon = trio.Event()
+            self._has_pending = trio.Event()
+            due, self._pending = list(self._pending), {}
+            if len(due) == 1:
+                await due[0].flush()
+            else:
+                async with trio.open_nursery() as nursery:
+                    for session in due:
+                        nursery.start_soon(session.flush)
 
     def back_for(self, route_name: str) -> Back:
         back = self._backs.get(route_name)
