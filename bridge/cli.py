@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -128,7 +129,15 @@ def acp(
     stdout_fd = os.dup(1)
     stdin_fd = os.dup(0)
     os.dup2(2, 1)
-    trio.run(run_acp_stdio, config, name, _state_dir(config, state_dir), stdin_fd, stdout_fd)
+    try:
+        trio.run(run_acp_stdio, config, name, _state_dir(config, state_dir), stdin_fd, stdout_fd)
+    except BaseException as exc:  # Ctrl-C where it was started by hand: no traceback
+        interrupted = isinstance(exc, KeyboardInterrupt) or (
+            isinstance(exc, BaseExceptionGroup) and exc.split(KeyboardInterrupt)[1] is None
+        )
+        if not interrupted:
+            raise
+        sys.exit(128 + signal.SIGINT)
 
 
 @main.command()

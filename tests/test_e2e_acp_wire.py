@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 import trio
+
+from bridge.store import open_store
 
 MiB = 1024 * 1024
 
@@ -406,3 +409,23 @@ async def test_stdout_carries_only_jsonrpc_even_when_logging_debug(spawn: Any, w
         await b.finish()  # checks every stdout line
     log = b.stderr()
     assert "DEBUG" in log or "WARNING" in log
+
+
+# -- Ctrl-C where it was started by hand ----------------------------------------------------
+
+
+async def test_sigint_ends_it_quietly_with_the_session_stored(spawn: Any, workdir: str, state_dir: str) -> None:
+    async with spawn() as b:
+        await b.initialize()
+        sid = await b.new_session(workdir)
+        b.proc.send_signal(signal.SIGINT)
+        with trio.fail_after(10):
+            code = await b.proc.wait()
+        assert code == 128 + signal.SIGINT, b.stderr()
+        assert "Traceback" not in b.stderr() and "KeyboardInterrupt" not in b.stderr(), b.stderr()
+    store = open_store(state_dir)
+    await store.open()
+    try:
+        assert await store.get_session(sid) is not None
+    finally:
+        await store.close()
