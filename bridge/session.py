@@ -414,22 +414,22 @@ class Session:
         set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id)
         log.info("turn started")
         stop, error = StopReason.END_TURN, None
-        limit = self.route.turn_timeout_s or math.inf
-        with trio.CancelScope() as scope:
+        limit = self.route.turn_timeout_s
+        # Cancelled by its deadline, or cut off after a cancel request (`_enforce_cancel`).
+        with trio.CancelScope(deadline=trio.current_time() + limit if limit else math.inf) as scope:
             turn.scope = scope
             try:
-                with trio.fail_after(limit):
-                    if turn.invocation is not None:
-                        # The back gets the prompt's messages; the log keeps what the user typed.
-                        turn.prompt = await self.manager.prompts.expand(turn.invocation)
-                    back = await self._ensure_back()
-                    stop = await back.prompt(turn)
+                if turn.invocation is not None:
+                    # The back gets the prompt's messages; the log keeps what the user typed.
+                    turn.prompt = await self.manager.prompts.expand(turn.invocation)
+                back = await self._ensure_back()
+                stop = await back.prompt(turn)
             except BackError as exc:
                 log.warning("session %s turn %s: back failed: %s", self.id, turn.turn_id, exc.message)
                 stop, error = StopReason.FAILED, TurnError(message=exc.message, kind=type(exc).__name__)
-            except trio.TooSlowError:
-                stop = StopReason.FAILED
-                error = TurnError(message=f"turn exceeded the route's turn_timeout_s ({limit:g} s)", kind="timeout")
+        if scope.cancelled_caught and not turn.cancel_requested:
+            stop = StopReason.FAILED
+            error = TurnError(message=f"turn exceeded the route's turn_timeout_s ({limit:g} s)", kind="timeout")
         if error is not None and self.manager.observer is not None:
             self.manager.observer.back_failed(self.record.route, error.kind or "BackError")
         if turn.cancel_requested:

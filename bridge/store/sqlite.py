@@ -1,8 +1,8 @@
 """The daemon's `Store`: one SQLite file, `bridge.sqlite3`, in the state directory.
 
-Stdlib sqlite3 in WAL mode, one connection. Calls are queued and run in batches,
-each batch one transaction in one worker thread (`trio.to_thread.run_sync`): group
-commit, see `SqliteStore`. Several agent-bridge processes may share a state directory
+Stdlib sqlite3 in WAL mode, one connection, used by one thread of the store's own.
+Calls are queued and run in batches, each batch one transaction: group commit, see
+`SqliteStore`. Several agent-bridge processes may share a state directory
 (two editors), so a batch that writes takes the write lock up front (`BEGIN
 IMMEDIATE`) and waits up to `busy_timeout` for it.
 
@@ -12,8 +12,11 @@ version n to n + 1, so a later schema adds one entry and never edits an old one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -164,12 +167,11 @@ def _migrate(conn: sqlite3.Connection) -> None:
 class _Op:
     """One store call waiting for the writer: its body, then its outcome."""
 
-    __slots__ = ("fn", "write", "done", "lead", "result", "error")
+    __slots__ = ("fn", "write", "done", "result", "error")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], Any], write: bool) -> None:
         self.fn, self.write = fn, write
         self.done = trio.Event()
-        self.lead = False  # woken to run the next batch, not with its outcome
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -204,77 +206,94 @@ def _run_batch(conn: sqlite3.Connection, batch: list[_Op]) -> None:
 class SqliteStore:
     """The `Store` of `bridge.store.base` on `<state_dir>/bridge.sqlite3`.
 
-    Group commit: calls queue up while a batch runs, and the next batch runs them all in
-    one transaction on one worker-thread hop. Every call still returns only once its
-    transaction committed; under load many calls share the commit and the hop. The
-    first caller that finds no batch running runs one, then hands the queue to the
-    next waiting caller, so no caller serves others for long.
+    Group commit: one thread of the store's own runs the calls in batches. Calls made
+    while a batch runs queue up, and the next batch runs them all in one transaction;
+    every call still returns only once its transaction committed, so under load many
+    calls share a commit and a thread hop. The thread hands a finished batch back to
+    the event loop (`run_sync_soon`), which wakes its callers and sends the next.
     """
 
     def __init__(self, state_dir: str) -> None:
         self._state_dir = state_dir
         self._conn: sqlite3.Connection | None = None
         self._lock = trio.Lock()  # open and close
-        self._queue: list[_Op] = []
-        self._running = False
+        self._queue: list[_Op] = []  # calls waiting for the next batch
+        self._busy = False  # a batch is with the thread
         self._idle = trio.Event()
         self._idle.set()
+        self._jobs: queue.SimpleQueue[list[_Op] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T], *, write: bool = True) -> _T:
+        if self._conn is None:
+            raise InternalError("the store is not open")
         op = _Op(fn, write)
-        # Shielded: a queued call always completes, so a transaction is never left
-        # half-run and a waiter's outcome is never lost; a cancelled caller sees its
-        # cancellation at its next checkpoint.
+        self._queue.append(op)
+        if not self._busy:
+            self._send_batch()
+        # Shielded: a queued call always completes, so its outcome is never lost; a
+        # cancelled caller sees its cancellation at its next checkpoint.
         with trio.CancelScope(shield=True):
-            self._queue.append(op)
-            if self._running:
-                await op.done.wait()
-            else:
-                self._running, self._idle = True, trio.Event()
-            if not op.done.is_set() or op.lead:
-                await self._lead()
+            await op.done.wait()
         if op.error is not None:
             if isinstance(op.error, sqlite3.Error):
                 raise InternalError(f"sqlite: {op.error}") from op.error
             raise op.error
         return op.result  # type: ignore[no-any-return]
 
-    async def _lead(self) -> None:
+    def _send_batch(self) -> None:
         batch, self._queue = self._queue, []
-        try:
-            if self._conn is None:
-                for op in batch:
-                    op.error = InternalError("the store is not open")
-            else:
-                await trio.to_thread.run_sync(_run_batch, self._conn, batch, abandon_on_cancel=False)
-        finally:
-            for op in batch:
-                op.lead = False
-                op.done.set()
-            if self._queue:
-                nxt = self._queue[0]
-                nxt.lead = True
-                nxt.done.set()
-            else:
-                self._running = False
-                self._idle.set()
+        self._busy = True
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        self._jobs.put(batch)
+
+    def _batch_done(self, batch: list[_Op]) -> None:
+        """In the event loop: the thread finished `batch`."""
+        for op in batch:
+            op.done.set()
+        if self._queue:
+            self._send_batch()
+        else:
+            self._busy = False
+            self._idle.set()
+
+    def _writer(self, conn: sqlite3.Connection, token: trio.lowlevel.TrioToken) -> None:
+        """The store's thread: runs batches until told to close the connection."""
+        while True:
+            batch = self._jobs.get()
+            if batch is None:
+                conn.close()
+                return
+            with contextlib.suppress(BaseException):  # each call's outcome is in its _Op
+                _run_batch(conn, batch)
+            try:
+                token.run_sync_soon(self._batch_done, batch)
+            except trio.RunFinishedError:  # the loop is gone (a forced exit): nobody waits
+                return
 
     async def open(self) -> None:
         async with self._lock:
             if self._conn is not None:
                 return
             try:
-                self._conn = await trio.to_thread.run_sync(_connect, self._state_dir, abandon_on_cancel=False)
+                conn = await trio.to_thread.run_sync(_connect, self._state_dir, abandon_on_cancel=False)
             except (sqlite3.Error, OSError) as exc:
                 raise InternalError(f"cannot open the store in {self._state_dir}: {exc}") from exc
+            self._thread = threading.Thread(
+                target=self._writer, args=(conn, trio.lowlevel.current_trio_token()), name="bridge-store", daemon=True
+            )
+            self._thread.start()
+            self._conn = conn
 
     async def close(self) -> None:
         async with self._lock:
             await self._idle.wait()
-            if self._conn is not None:
-                # Forgotten only once closed: a close cancelled before it ran can be retried.
-                await trio.to_thread.run_sync(self._conn.close, abandon_on_cancel=False)
-                self._conn = None
+            if self._conn is not None and self._thread is not None:
+                self._conn = None  # no new calls from now on
+                self._jobs.put(None)
+                await trio.to_thread.run_sync(self._thread.join, abandon_on_cancel=False)
+                self._thread = None
 
     async def put_session(self, record: SessionRecord) -> None:
         row = _session_row(record)
