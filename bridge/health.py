@@ -4,8 +4,9 @@ bridge/daemon.py: alive is alive).
 - `GET /readyz`: 200 when every listener is bound, the store is open and the daemon
   takes new sessions (not stopping); 503 otherwise. The body says each part, and for
   each route whether its back is reachable (bridge/doctor.py, shallow probes, cached
-  `[daemon] probe_interval_s`). An unreachable back does not make the daemon unready:
-  the other routes still serve.
+  `[daemon] probe_interval_s`), and each MCP prompt source as the daemon's connection
+  to it is now. An unreachable back or source does not make the daemon unready: the
+  other routes still serve.
 - `GET /metrics`: Prometheus text format (bridge/metrics.py).
 
 `CountConnections` wraps the ASGI app to count open WebSocket connections and HTTP
