@@ -151,7 +151,9 @@ CODES: dict[type[BridgeError], Codes] = {
     MethodNotFound: Codes(-32601, -32601, 404, 1008),
     InvalidParams: Codes(-32602, -32602, 400, 1007),
     AuthRequired: Codes(-32000, -32600, 401, 4401),
-    Forbidden: Codes(-32000, -32600, 403, 4403),
+    # ACP's -32000 means "authenticate first", which a refusal is not: the request's
+    # params (a path outside the root, a write to a read-only route) are what is refused.
+    Forbidden: Codes(-32602, -32600, 403, 4403),
     NotFound: Codes(-32002, -32001, 404, 4404),
     Busy: Codes(-32600, -32004, 409, 4409),
     RequestCancelled: Codes(-32800, -32603, 499, 1000),

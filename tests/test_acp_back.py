@@ -387,15 +387,15 @@ async def test_route_serves_files_confined_to_its_cwd(tmp_path: Path, workdir: P
             assert text.count("read=inside") == 2
             assert "wrote" in text and "read=written by agent" in text
             assert (workdir / "sub" / "new.txt").read_text() == "written by agent"
-            assert text.count("read-error=-32000") == 4  # Forbidden: "..", a symlink out, absolute paths elsewhere
-            assert text.count("write-error=-32000") == 2
+            assert text.count("read-error=-32602") == 4  # Forbidden: "..", a symlink out, absolute paths elsewhere
+            assert text.count("write-error=-32602") == 2
             assert "read-error=-32002" in text  # a missing file inside is "not found"
             assert not (tmp_path / "evil.txt").exists() and (tmp_path / "secret.txt").read_text() == "outside"
         async with runtime({"r": route(tag, cwd=w, fs="read")}) as m:
             s = await m.create("r", cwd="/")
             rec = Recorder(s)
             assert (await turn(s, f"caps write:{w}/b.txt read:{w}/a.txt")).stop_reason is ev.StopReason.END_TURN
-            assert '"writeTextFile": false' in rec.text() and "write-error=-32000" in rec.text() and "read=inside" in rec.text()
+            assert '"writeTextFile": false' in rec.text() and "write-error=-32602" in rec.text() and "read=inside" in rec.text()
         await wait_gone(tag)
 
 
