@@ -158,13 +158,13 @@ class Turn:
     def set_back_ref(self, ref: str) -> None:
         self.session.record.back_ref = ref
 
-    async def ask(self, question: Question) -> QuestionAnswered:
+    async def ask(self, question: Question, *, parent_tool_call_id: str | None = None) -> QuestionAnswered:
         if self.machine.state is TurnState.CANCELLING:
             return QuestionAnswered(question_id=question.id, cancelled=True, by="user")
         self.machine.ask(question.id)
         slot: tuple[Question, trio.Event, list[QuestionAnswered]] = (question, trio.Event(), [])
         self._answers[question.id] = slot
-        self.emit(QuestionAsked(question=question))
+        self.emit(QuestionAsked(question=question, parent_tool_call_id=parent_tool_call_id))
         with trio.move_on_after(self.session.route.question_timeout_s):
             await slot[1].wait()
         if not slot[2]:

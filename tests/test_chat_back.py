@@ -369,6 +369,54 @@ async def test_ws_a_turn_cut_off_by_the_session_still_says_chat_stop() -> None:
     assert got == ["chat:stop"]
 
 
+async def test_ws_a_sub_agents_question_keeps_its_fork_as_parent() -> None:
+    answers: list[dict[str, Any]] = []
+
+    async def handler(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        await ws.get_message()
+        await ws.send_message(json.dumps({"event": "session:subscribed", "data": {"session_id": "remote-1", "sequence": 0}}))
+        await ws.get_message()  # chat:send
+        frames = [
+            {"event": "chat:start", "data": {"session_id": "remote-1", "sequence": 1}},
+            {"event": "turn:start", "data": {"session_id": "remote-1", "sequence": 2, "turn_id": "child", "role": "assistant",
+                                             "parent_fork_tool_call_id": "tc_fork"}},
+            {"event": "turn:patch", "data": {"session_id": "remote-1", "sequence": 3, "turn_id": "child", "patch_type": "add_tool_call",
+                                             "data": {"id": "ask1", "tool_name": "AskUserQuestion", "display_name": "Question", "arguments": json.dumps(
+                                                 {"questions": [{"question": "Which?", "options": [{"label": "A"}, {"label": "B"}]}]})}}},
+        ]  # fmt: skip
+        for frame in frames:
+            await ws.send_message(json.dumps(frame))
+        answers.append(json.loads(await ws.get_message()))  # chat:send with askuser_answer
+        await ws.send_message(json.dumps({"event": "chat:end", "data": {"session_id": "remote-1", "sequence": 4, "status": "completed"}}))
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await ws.get_message()
+
+    with trio.fail_after(CEILING_S):
+        async with rest_server() as rest, ws_server(handler) as port, manager_for(f"ws://127.0.0.1:{port}/ws", rest) as manager:
+            session = await manager.create("platform")
+            asked: list[ev.QuestionAsked] = []
+
+            class Answerer:
+                def deliver(self, event: ev.Event) -> None:
+                    if isinstance(event, ev.QuestionAsked):
+                        asked.append(event)
+                        session.answer(event.question.id, selected=["1"])
+
+                def congested(self) -> bool:
+                    return False
+
+                async def wait_uncongested(self) -> None:
+                    pass
+
+            session.subscribe(Answerer())
+            ended = await session.start_turn([TextContent(text="hello")]).wait()
+    assert ended.stop_reason is ev.StopReason.END_TURN, ended
+    assert [(a.question.id, a.parent_tool_call_id) for a in asked] == [("ask1", "tc_fork")]
+    assert answers and answers[0]["data"]["askuser_answer"]["tool_call_id"] == "ask1", answers
+
+
 async def test_token_file_is_read_from_the_credentials_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     (tmp_path / "platform.token").write_text(TOKEN + "\n")
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))

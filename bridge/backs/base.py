@@ -94,8 +94,9 @@ class TurnHandle(Protocol):
     async def flow(self) -> None:
         """Wait while a consumer is congested (backpressure); a checkpoint otherwise."""
 
-    async def ask(self, question: Question) -> QuestionAnswered:
-        """Ask the user; returns the answer, or a rejection when time runs out."""
+    async def ask(self, question: Question, *, parent_tool_call_id: str | None = None) -> QuestionAnswered:
+        """Ask the user; returns the answer, or a rejection when time runs out. A
+        sub-agent's question names its fork's tool call as `parent_tool_call_id`."""
 
     def set_back_ref(self, ref: str) -> None:
         """Store the peer's conversation id beside the session."""

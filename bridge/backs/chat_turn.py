@@ -264,7 +264,7 @@ class _Run:
         for e in events:
             if isinstance(e, ev.QuestionAsked):
                 self.asking.add(e.question.id)
-                self.nursery.start_soon(self._ask, e.question)
+                self.nursery.start_soon(self._ask, e)
             elif isinstance(e, ev.TurnEnded):
                 return self._ended(e)
             else:
@@ -395,9 +395,10 @@ class _Run:
         await self.turn.wait_cancel_requested()
         await self.send.send(_CancelAsked())
 
-    async def _ask(self, question: ev.Question) -> None:
-        answer = await self.turn.ask(question)
-        await self.send.send(_Answered(question, answer))
+    async def _ask(self, asked: ev.QuestionAsked) -> None:
+        # A sub-agent's question keeps its fork as parent, so fronts show it inside the fork.
+        answer = await self.turn.ask(asked.question, parent_tool_call_id=asked.parent_tool_call_id)
+        await self.send.send(_Answered(asked.question, answer))
 
     async def finish(self, outcome: ev.StopReason | BackError | None) -> None:
         """Leave the server (None: the turn was cut off): stop a run we no longer follow,
