@@ -368,6 +368,10 @@ class DaemonConfig(_Conf):
     # /readyz: each route's back is checked at most this often, each check bounded by the timeout.
     probe_timeout_s: PositiveSeconds = 5.0
     probe_interval_s: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    # A live session nobody uses (no turn running, no client attached or watching) is
+    # closed after this long, its agent process with it; it comes back from the store
+    # when a client asks for it. 0: never.
+    idle_session_close_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
     # Under systemd: every credential named like an environment variable (LoadCredential=
     # NAME:...) is put in our environment if not set, so `token_env` and `{env = "NAME"}` find it.
     env_from_credentials: bool = True

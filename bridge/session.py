@@ -10,9 +10,12 @@ process anyway). Fronts never talk to backs, only to sessions:
 - `subscribe(sub)` delivers every event, stamped with the session's gapless sequence
   number, synchronously and in order; a subscriber that is congested pauses the back
   at its next `flow()` (backpressure), or drops itself (its own policy).
-- Events are appended to a pending list and written to the store in batches by a
-  flusher; a turn's end is flushed before `Turn.wait()` returns, so a finished turn is
-  durable before any client hears that it finished.
+- Events are appended to a pending list and written to the store in batches, with
+  the session and turn records, by the manager's one flusher; a turn's end is flushed
+  before `Turn.wait()` returns, so a finished turn is durable before any client hears
+  that it finished.
+- A session nobody uses for `[daemon] idle_session_close_s` is closed (its back too);
+  `SessionManager.get` brings it back from the store.
 
 For the daemon (reload, shutdown, metrics): `stop_accepting()` refuses new sessions
 and turns from then on (`accepting` off, the `stopping` event set); `drain(grace_s)`
@@ -238,6 +241,7 @@ class Session:
         # Its route was removed by a reload: the running turn may finish, no new one starts.
         self.retired = False
         self._announced: list[CommandInfo] | None = None  # the commands last emitted
+        self.last_used = trio.current_time()  # a turn started or ended, a client came or went
 
     # -- lifecycle ------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -266,6 +270,13 @@ class Session:
             with trio.move_on_after(self.route.cancel_grace_s + 1):
                 await self.turn.wait()
         self._closed.set()
+
+    def idle_for(self, now: float) -> float | None:
+        """How long nobody has used it; None while a turn runs or a client is attached."""
+        busy = self.turn is not None and self.turn.machine.active
+        if busy or self._subscribers or self.client_services is not None or self._closed.is_set():
+            return None
+        return now - self.last_used
 
     # -- SessionHost (what a back may use outside a turn) ----------------------------
     def emit(self, event: Event) -> None:
@@ -328,8 +339,10 @@ class Session:
         # and the hot path pays nothing for it.
         self._subscribers = [*self._subscribers, sub]
         self._protocols = [*self._protocols, _protocol_of(sub)]
+        self.last_used = trio.current_time()
 
         def unsubscribe() -> None:
+            self.last_used = trio.current_time()
             if sub in self._subscribers:
                 i = self._subscribers.index(sub)
                 self._subscribers = self._subscribers[:i] + self._subscribers[i + 1 :]
@@ -383,6 +396,7 @@ class Session:
         turn = Turn(self, new_id(), content)
         turn.invocation = invocation
         self.turn = turn
+        self.last_used = trio.current_time()
         if self.record.title is None:
             self.record.title = " ".join(text_of(content).split())[:80] or None
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content))
@@ -459,6 +473,7 @@ class Session:
             await self.flush()
         turn.ended = ended
         turn._done.set()
+        self.last_used = trio.current_time()
         for callback in turn._on_done:
             callback()
         turn._on_done.clear()
@@ -591,6 +606,8 @@ class SessionManager:
         self.refusal = "the bridge is shutting down"
         self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good
         self.drained = trio.Event()  # ... and the stop's drain has ended every running turn
+        # Predicates by which a front keeps an idle session live (an A2A task waiting for input).
+        self.keep_alive: list[Callable[[Session], bool]] = []
         # What fronts finish after the drain, before the sessions close (A2A webhooks);
         # the daemon runs them concurrently, bounded by `[server] graceful_timeout_s`.
         self.before_close: list[Callable[[], Awaitable[None]]] = []
@@ -602,8 +619,25 @@ class SessionManager:
             self._nursery = nursery
             await nursery.start(self.prompts.run)
             nursery.start_soon(self._flusher)
+            nursery.start_soon(self._close_idle)
             task_status.started()
             await trio.sleep_forever()
+
+    async def _close_idle(self) -> None:
+        """Close live sessions nobody has used for `[daemon] idle_session_close_s`, so a
+        long-running daemon's memory and agent processes stay bounded; `get()` brings one
+        back from the store when a client asks for it."""
+        while True:
+            limit = self.config.daemon.idle_session_close_s
+            await trio.sleep(max(1.0, limit / 4) if limit else 60.0)
+            if not limit:
+                continue
+            now = trio.current_time()
+            for session in list(self._live.values()):
+                idle = session.idle_for(now)
+                if idle is not None and idle >= limit and not any(keep(session) for keep in self.keep_alive):
+                    log.info("session idle for %.0f s: closed", idle, extra={"route": session.record.route, "session": session.id})
+                    await session.close()
 
     def _dirty(self, session: Session) -> None:
         """`session` has its first event since its last flush."""

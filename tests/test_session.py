@@ -38,7 +38,7 @@ MODE_OPTION = {
 }
 
 
-def make_config(**route_overrides: Any) -> Config:
+def make_config(*, daemon: dict[str, Any] | None = None, **route_overrides: Any) -> Config:
     policy = {"question_timeout_s": QUESTION_TIMEOUT_S, "cancel_grace_s": CANCEL_GRACE_S, **route_overrides}
     return parse_config(
         {
@@ -52,6 +52,7 @@ def make_config(**route_overrides: Any) -> Config:
                 "fake": {"back": {"kind": "demo"}, **policy},
             },
             "store": {"flush_interval_s": 0.01},
+            "daemon": daemon or {},
         }
     )
 
@@ -500,6 +501,32 @@ async def test_turn_timeout_fails_the_turn(autojump_clock: trio.abc.Clock) -> No
             assert ended.stop_reason is ev.StopReason.FAILED
             assert ended.error is not None and ended.error.kind == "timeout"
             assert 7 <= trio.current_time() < 7.1
+
+
+async def test_idle_sessions_are_closed_and_come_back_from_the_store(autojump_clock: trio.abc.Clock) -> None:
+    config = make_config(daemon={"idle_session_close_s": 60})
+    with trio.fail_after(CEILING_S + 200):  # the sleeps below are on the virtual clock
+        async with running(config) as manager:
+            watched, _ = await new_session(manager)  # a client stays subscribed
+            kept = await manager.create("demo", cwd="/w")
+            manager.keep_alive.append(lambda s: s is kept)  # a front says to keep it
+            idle = await manager.create("demo", cwd="/w")
+            unsubscribe = idle.subscribe(Recorder())
+            assert (await idle.start_turn(prompt("hello")).wait()).stop_reason is ev.StopReason.END_TURN
+            unsubscribe()
+            running_turn = watched.start_turn(prompt("slow: x"))  # 5 s of turn: busy, then watched
+
+            await trio.sleep(50)
+            assert manager.live(idle.id) is idle  # not idle long enough yet
+            await trio.sleep(150)
+            assert manager.live(idle.id) is None  # closed: nobody used it for 60 s
+            assert manager.live(watched.id) is watched and manager.live(kept.id) is kept
+            assert (await running_turn.wait()).stop_reason is ev.StopReason.END_TURN
+
+            back = await manager.get(idle.id)  # from the store, its history whole
+            assert back is not idle and [type(e) for e in await back.history()][0] is ev.TurnStarted
+            assert any(isinstance(e, ev.TurnEnded) for e in await back.history())
+            assert (await back.start_turn(prompt("again")).wait()).stop_reason is ev.StopReason.END_TURN
 
 
 async def test_close_cancels_the_running_turn_and_frees_the_back(autojump_clock: trio.abc.Clock) -> None:

@@ -69,6 +69,7 @@ class TaskService:
         self._reap_now = trio.Event()
         self._reaper_running = False
         self.push: Any = None  # the PushService (a2a_push.py), set by the front
+        manager.keep_alive.append(_holds_a_task)  # the daemon's idle reaper leaves those to ours
 
     # -- sending -------------------------------------------------------------------------------
     async def send(self, route: str, req: s.SendMessageRequest, *, dialect: str = "1.0") -> LiveTask:
@@ -343,6 +344,12 @@ class TaskService:
     # -- listing ---------------------------------------------------------------------------------
     async def list(self, route: str, req: s.ListTasksRequest) -> s.ListTasksResponse:
         return await list_tasks(self, route, req)
+
+
+def _holds_a_task(session: Session) -> bool:
+    """An interrupted task waits in this session for the client's next message."""
+    meta = session.record.meta.get(META)
+    return isinstance(meta, dict) and bool(meta.get("held"))
 
 
 def _accepts(modes: list[str]) -> bool:
