@@ -129,6 +129,7 @@ def acp(
     stdout_fd = os.dup(1)
     stdin_fd = os.dup(0)
     os.dup2(2, 1)
+    _tune_gc()
     try:
         trio.run(run_acp_stdio, config, name, _state_dir(config, state_dir), stdin_fd, stdout_fd)
     except BaseException as exc:  # Ctrl-C where it was started by hand: no traceback
@@ -138,6 +139,17 @@ def acp(
         if not interrupted:
             raise
         sys.exit(128 + signal.SIGINT)
+
+
+def _tune_gc() -> None:
+    """Once started: what exists now lives as long as the process, so the cyclic
+    collector need not walk it again (`gc.freeze`), and young collections run every
+    50,000 allocations instead of 700, which each request or turn would otherwise
+    trigger several times over (bench/a2a_front.py: ~9 % less CPU per request)."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(50_000, 10, 10)
 
 
 @main.command()
@@ -196,6 +208,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
             # One line on stdout, for whoever started us with port 0.
             click.echo(f"listening {' '.join(bound)}")
             sys.stdout.flush()
+            _tune_gc()
         return status
 
     sys.exit(trio.run(main_task))

@@ -166,8 +166,9 @@ class _Run:
             self.turn.emit(
                 MessageChunk(content=TextContent(text=word), message_id=mid, thought=thought, parent_tool_call_id=parent)
             )
-            await self.turn.flow()
-            await trio.sleep(self.delay)
+            await self.turn.flow()  # a checkpoint, so a cancel lands between words
+            if self.delay:
+                await trio.sleep(self.delay)
         return True
 
     def plan_status(self, index: int, status: str = "pending") -> None:
