@@ -116,8 +116,8 @@ class WsFront:
 
         First the drain (`manager.drained`, bridge/service.py): a cancelled run's `turn:end`
         and `chat:end` are queued on its watchers when its turn ends, and no turn starts
-        while stopping. Then close 1001 after what is queued; without it, an open socket would hold the
-        listener until `[server] graceful_timeout_s`.
+        while stopping. Then close 1001 after what is queued; without it, an open socket
+        would hold the listener until `[server] graceful_timeout_s`.
         """
         task_status.started()
         await self.manager.drained.wait()
