@@ -139,20 +139,19 @@ async def test_list_sessions_filters(store: Store) -> None:
 @pytest.mark.trio
 async def test_turn_round_trip_and_replace(store: Store) -> None:
     running = turn("t1", meta={"prompt_chars": 12})
-    await store.put_turn(running)
+    await store.save(session("s1"), turns=[running])
     assert await store.get_turn("t1") == running
     finished = turn("t1", ended_at=2.5, last_seq=9, stop_reason="failed", error="back died", meta={"x": [1]})
-    await store.put_turn(finished)
+    await store.save(session("s1"), turns=[finished])
     assert await store.get_turn("t1") == finished
     assert await store.get_turn("nope") is None
 
 
 @pytest.mark.trio
 async def test_list_turns_oldest_first_per_session(store: Store) -> None:
-    await store.put_turn(turn("t3", started_at=3.0, first_seq=20))
-    await store.put_turn(turn("t1", started_at=1.0, first_seq=1))
-    await store.put_turn(turn("other", "s2", started_at=0.0))
-    await store.put_turn(turn("t2", started_at=2.0, first_seq=10))
+    await store.save(session("s1"), turns=[turn("t3", started_at=3.0, first_seq=20), turn("t1", started_at=1.0, first_seq=1)])
+    await store.save(session("s2"), turns=[turn("other", "s2", started_at=0.0)])
+    await store.save(session("s1"), turns=[turn("t2", started_at=2.0, first_seq=10)])
     assert [t.turn_id for t in await store.list_turns("s1")] == ["t1", "t2", "t3"]
     assert [t.turn_id for t in await store.list_turns("s2")] == ["other"]
     assert await store.list_turns("none") == []
@@ -162,26 +161,11 @@ async def test_list_turns_oldest_first_per_session(store: Store) -> None:
 
 
 @pytest.mark.trio
-async def test_append_batch_moves_session_last_seq(store: Store) -> None:
-    await store.put_session(session("s1", updated_at=1.0))
-    await store.append_batch("s1", batch(1, 4), last_seq=4, updated_at=5.0)
-    got = await store.get_session("s1")
-    assert got is not None and (got.last_seq, got.updated_at) == (4, 5.0)
-    await store.append_batch("s1", batch(5, 5), last_seq=5, updated_at=6.0)
-    got = await store.get_session("s1")
-    assert got is not None and (got.last_seq, got.updated_at) == (5, 6.0)
-    page, _ = await store.list_sessions()
-    assert page[0].last_seq == 5
-
-
-@pytest.mark.trio
 async def test_read_batches_after_seq(store: Store) -> None:
-    await store.put_session(session("s1"))
-    await store.put_session(session("s2"))
-    # Appended out of order on purpose: reads come back ordered by first_seq.
+    # Saved out of order on purpose: reads come back ordered by first_seq.
     for b in [batch(1, 3), batch(8, 10), batch(4, 7)]:
-        await store.append_batch("s1", b, last_seq=10, updated_at=2.0)
-    await store.append_batch("s2", batch(1, 100), last_seq=100, updated_at=2.0)
+        await store.save(session("s1", last_seq=10), batch=b)
+    await store.save(session("s2", last_seq=100), batch=batch(1, 100))
 
     async def spans(after: int) -> list[tuple[int, int]]:
         return [(b.first_seq, b.last_seq) for b in await store.read_batches("s1", after_seq=after)]
@@ -197,11 +181,10 @@ async def test_read_batches_after_seq(store: Store) -> None:
 
 @pytest.mark.trio
 async def test_duplicate_batch_is_our_bug(store: Store) -> None:
-    await store.put_session(session("s1"))
-    await store.append_batch("s1", batch(1, 3), last_seq=3, updated_at=2.0)
+    await store.save(session("s1", last_seq=3, updated_at=2.0), batch=batch(1, 3))
     with pytest.raises(InternalError):
-        await store.append_batch("s1", batch(1, 5), last_seq=5, updated_at=3.0)
-    # The failed append moved nothing.
+        await store.save(session("s1", last_seq=5, updated_at=3.0), batch=batch(1, 5))
+    # The failed save moved nothing.
     got = await store.get_session("s1")
     assert got is not None and (got.last_seq, got.updated_at) == (3, 2.0)
     assert [b.last_seq for b in await store.read_batches("s1")] == [3]
@@ -237,8 +220,7 @@ async def test_save_writes_session_turns_and_batch_together(store: Store) -> Non
 async def test_delete_session_cascades(store: Store) -> None:
     for sid in ("s1", "s2"):
         await store.put_session(session(sid))
-        await store.put_turn(turn(f"{sid}-t", sid))
-        await store.append_batch(sid, batch(1, 2), last_seq=2, updated_at=2.0)
+        await store.save(session(sid, last_seq=2), turns=[turn(f"{sid}-t", sid)], batch=batch(1, 2))
 
     assert await store.delete_session("s1") is True
     assert await store.get_session("s1") is None
@@ -309,12 +291,11 @@ from bridge.store.sqlite import SqliteStore
 async def main():
     store = SqliteStore(sys.argv[1])
     await store.open()
-    await store.put_session(SessionRecord(session_id="s1", route="claude", created_at=1.0, updated_at=1.0))
-    await store.put_turn(TurnRecord(
-        turn_id="t1", session_id="s1", started_at=1.0, first_seq=1,
-        ended_at=2.0, last_seq=3, stop_reason="end_turn",
-    ))
-    await store.append_batch("s1", StoredBatch(first_seq=1, last_seq=3, blob=b"events"), last_seq=3, updated_at=2.0)
+    await store.save(
+        SessionRecord(session_id="s1", route="claude", created_at=1.0, updated_at=2.0, last_seq=3),
+        turns=[TurnRecord(turn_id="t1", session_id="s1", started_at=1.0, first_seq=1, ended_at=2.0, last_seq=3, stop_reason="end_turn")],
+        batch=StoredBatch(first_seq=1, last_seq=3, blob=b"events"),
+    )
     print("ok", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -366,14 +347,13 @@ async def test_sqlite_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     await store.open()
     try:
         with trio.fail_after(30):
-            await store.put_session(session("s1"))
-            await store.append_batch("s1", batch(1, 2), last_seq=2, updated_at=2.0)
+            await store.save(session("s1", last_seq=2), batch=batch(1, 2))
             batches.clear()
             failures: list[BaseException] = []
 
             async def dup() -> None:
                 try:
-                    await store.append_batch("s1", batch(1, 9), last_seq=9, updated_at=9.0)  # its first_seq is taken
+                    await store.save(session("s1", last_seq=9), batch=batch(1, 9))  # its first_seq is taken
                 except InternalError as exc:
                     failures.append(exc)
 
@@ -413,13 +393,12 @@ async def test_two_sqlite_stores_share_a_state_dir(tmp_path: Path) -> None:
             nursery.start_soon(a.open)
             nursery.start_soon(b.open)
         try:
-            await a.put_session(session("s1"))
-            await a.append_batch("s1", batch(1, 2), last_seq=2, updated_at=3.0)
+            await a.save(session("s1", last_seq=2), batch=batch(1, 2))
             got = await b.get_session("s1")
             assert got is not None and got.last_seq == 2
             assert await b.read_batches("s1") == [batch(1, 2)]
 
-            await b.put_turn(turn("t1"))
+            await b.save(session("s1", last_seq=2), turns=[turn("t1")])
             assert await a.get_turn("t1") == turn("t1")
 
             # Writers from both at once wait on each other (busy_timeout), none fails.

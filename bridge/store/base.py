@@ -4,9 +4,10 @@ Events are stored in batches: the session encodes a run of consecutive events
 (`bridge.core.events.encode_events`) into one blob, stored with its first and last
 sequence numbers. Replay reads the batches whose `last_seq` is past the point the
 reader has seen, and filters inside the first one. One insert per batch keeps the
-store off the streaming hot path.
+store off the streaming hot path. A session writes with `save`: its record, the turn
+records that changed and the batch, in one transaction.
 
-Every method is async because the SQLite implementation runs in a worker thread.
+Every method is async because the SQLite implementation runs in a thread of its own.
 """
 
 from __future__ import annotations
@@ -73,16 +74,10 @@ class Store(Protocol):
     async def delete_session(self, session_id: str) -> bool:
         """Remove the session, its turns and its events; False if it did not exist."""
 
-    async def put_turn(self, record: TurnRecord) -> None:
-        """Insert or replace the turn record."""
-
     async def get_turn(self, turn_id: str) -> TurnRecord | None: ...
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         """Oldest first."""
-
-    async def append_batch(self, session_id: str, batch: StoredBatch, *, last_seq: int, updated_at: float) -> None:
-        """Store one batch and move the session's `last_seq`/`updated_at`, in one transaction."""
 
     async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
         """Insert or replace the session record and the turn records, and store the

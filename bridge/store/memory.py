@@ -75,9 +75,6 @@ class MemoryStore:
             del self._turns[turn_id]
         return self._sessions.pop(session_id, None) is not None
 
-    async def put_turn(self, record: TurnRecord) -> None:
-        self._turns[record.turn_id] = _copy(record)
-
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         record = self._turns.get(turn_id)
         return None if record is None else _copy(record)
@@ -85,17 +82,6 @@ class MemoryStore:
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         turns = sorted((t for t in self._turns.values() if t.session_id == session_id), key=_turn_order)
         return [_copy(t) for t in turns]
-
-    async def append_batch(self, session_id: str, batch: StoredBatch, *, last_seq: int, updated_at: float) -> None:
-        batches = self._batches.setdefault(session_id, {})
-        if batch.first_seq in batches:
-            # Same failure as the SQLite primary key (session_id, first_seq).
-            raise InternalError(f"batch {session_id}@{batch.first_seq} is already stored")
-        batches[batch.first_seq] = batch
-        session = self._sessions.get(session_id)
-        if session is not None:
-            session.last_seq = last_seq
-            session.updated_at = updated_at
 
     async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
         if batch is not None and batch.first_seq in self._batches.get(session.session_id, {}):

@@ -337,10 +337,6 @@ class SqliteStore:
 
         return await self._run(body)
 
-    async def put_turn(self, record: TurnRecord) -> None:
-        row = _turn_row(record)
-        await self._run(lambda c: c.execute(_PUT_TURN, row))
-
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE turn_id = ?"
         row = await self._run(lambda c: c.execute(sql, (turn_id,)).fetchone(), write=False)
@@ -350,16 +346,6 @@ class SqliteStore:
         sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY started_at, first_seq, turn_id"
         rows = await self._run(lambda c: c.execute(sql, (session_id,)).fetchall(), write=False)
         return [_turn_record(r) for r in rows]
-
-    async def append_batch(self, session_id: str, batch: StoredBatch, *, last_seq: int, updated_at: float) -> None:
-        def body(c: sqlite3.Connection) -> None:
-            c.execute(_PUT_BATCH, (session_id, batch.first_seq, batch.last_seq, batch.blob))
-            c.execute(
-                "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
-                (last_seq, updated_at, session_id),
-            )
-
-        await self._run(body)
 
     async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
         session_row = _session_row(session)
