@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from bridge.backs import make_back
 from bridge.config import parse_config
@@ -139,3 +140,42 @@ async def test_a_failing_projection_is_contained(session: Session, monkeypatch: 
         await streams.watch(session, again, 0)  # a fresh stream, derived from the log
         assert seqs(again.frames)[-1] == json.loads(again.frames[-1][1])["data"]["sequence"]
         assert json.loads(again.frames[-1][1])["event"] == "chat:end"
+
+
+class SlowEndStore(MemoryStore):
+    """Holds every save that stores a turn's end until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+        self.holding = trio.Event()
+
+    async def save(self, session: Any, *, turns: Any = (), batch: Any = None) -> None:
+        if any(t.ended_at is not None for t in turns):
+            self.holding.set()
+            await self.release.wait()
+        await super().save(session, turns=turns, batch=batch)
+
+
+async def test_a_runs_end_reaches_watchers_only_once_it_is_stored() -> None:
+    """A client that heard chat:end can always replay it after a reconnect, even across a crash."""
+    store = SlowEndStore()
+    manager = SessionManager(CONFIG, store, make_back)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            session = await manager.create("demo")
+            streams = ChatStreams(CONFIG.ws, manager)
+            watcher = Watcher(streams, session.id)
+            await streams.watch(session, watcher, None)
+            turn = session.start_turn([TextContent(text="hello")])
+            await store.holding.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            events = [json.loads(t)["event"] for _, t in watcher.frames]
+            store.release.set()  # (before asserting: the store's wait is shielded)
+            assert "turn:patch" in events and "chat:end" not in events and events.count("turn:end") == 1, events  # the user's turn only
+            await turn.wait()
+            events = [json.loads(t)["event"] for _, t in watcher.frames]
+            assert events[-1] == "chat:end" and events.count("turn:end") == 2, events
+            assert seqs(watcher.frames) == list(range(1, len(watcher.frames) + 1))
+            nursery.cancel_scope.cancel()

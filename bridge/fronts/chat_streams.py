@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from typing import Any, Protocol
 
 import msgspec
@@ -27,10 +28,10 @@ import trio
 
 from bridge.codecs.chat import ChatProjector, commands_frame
 from bridge.config import WsFrontConfig
-from bridge.core.events import CommandsAvailable, Event
+from bridge.core.events import CommandsAvailable, Event, TurnEnded
 from bridge.errors import NotFound
 from bridge.schema.chat import RunOptions, TurnProjection
-from bridge.session import Session, SessionManager
+from bridge.session import Session, SessionManager, Turn
 
 __all__ = ["ChatStreams", "RUNS_KEY", "TextFrame", "Watcher"]
 
@@ -81,6 +82,8 @@ class _Stream:
         "_pending",
         "ready",
         "unsubscribe",
+        "_waiting",
+        "_armed",
     )
 
     def __init__(self, streams: ChatStreams, session: Session) -> None:
@@ -94,6 +97,10 @@ class _Stream:
         self.hold_max = streams.cfg.queue_max_frames
         self._pending: list[Event] | None = []  # events that arrive while catching up
         self.ready = trio.Event()
+        # Frames behind a turn's end that is not stored yet, in order: a client hears a
+        # run ended only once a reconnect could replay it (bridge/session.py).
+        self._waiting: deque[tuple[Turn | None, list[TextFrame]]] = deque()
+        self._armed: Turn | None = None  # the turn whose `when_done` will pump `_waiting`
         self.unsubscribe = session.subscribe(self)
 
     async def start(self, turn_times: dict[str, tuple[float, float | None]]) -> None:
@@ -130,6 +137,28 @@ class _Stream:
         if not frames:
             return
         texts = [(seq, data.decode()) for seq, data in frames]
+        turn = self.session.turn
+        gate = turn if type(event) is TurnEnded and turn is not None and turn.turn_id == event.turn_id else None
+        if gate is None and not self._waiting:
+            self._send(texts)
+            return
+        self._waiting.append((gate, texts))
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._waiting:
+            gate, texts = self._waiting[0]
+            if gate is not None and gate.ended is None:  # its end is being stored
+                if self._armed is not gate:
+                    self._armed = gate
+                    gate.when_done(self._pump)
+                return
+            self._waiting.popleft()
+            self._send(texts)
+
+    def _send(self, texts: list[TextFrame]) -> None:
+        if self.dead:
+            return
         for watcher in list(self.watchers):
             watcher.push(texts)
         for watcher, held in list(self.holding.items()):
