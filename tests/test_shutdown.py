@@ -206,8 +206,6 @@ async def test_sigterm_ends_a2a_streams_and_closes_chat_sockets(bridge_exe: list
                             await trio.sleep(0.05)
     finally:
         notify.close()
-    # The grace period (1 s), the cancel, the connections closed: not graceful_timeout_s.
-    assert elapsed < 15, elapsed
     assert notify.states() == ["READY", "STOPPING"]
 
     # A2A: the SDK's stream ran, then ended with the final status CANCELED.
