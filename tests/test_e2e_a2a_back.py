@@ -1,7 +1,7 @@
 """End to end: an editor (official ACP Python SDK) → `agent-bridge acp research` → a real A2A agent.
 
 The agent is `tests/peers/a2a_agent.py`, built with the official a2a-sdk (1.3) and run
-in its own process on a port the OS picks; the editor is `tests/peers/acp_driver_a2a.py`,
+in its own process on a port the OS picks; the editor is `tests/peers/acp_driver_steps.py`,
 which spawns the bridge and plays a list of prompts in one session. Both SDKs are
 asyncio-only, hence their own processes. Between bridge and agent, the stream-cut
 tests put a small loopback proxy run here, which drops the event stream mid-task.
@@ -29,7 +29,7 @@ import trio
 
 PEERS = Path(__file__).resolve().parent / "peers"
 AGENT = PEERS / "a2a_agent.py"
-DRIVER = PEERS / "acp_driver_a2a.py"
+DRIVER = PEERS / "acp_driver_steps.py"
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 TOKEN = "s3cr3t-t0ken-do-not-log"
 

@@ -6,7 +6,7 @@
   test reaches its `/ws` and `/api/sessions`.
 
 The bridge under test is driven through its ACP front by the official ACP Python SDK
-(`tests/peers/acp_driver_chat.py`, its own process), and through its A2A front and
+(`tests/peers/acp_driver_steps.py`, its own process), and through its A2A front and
 its own `/ws` front (an `agent-bridge serve` daemon). Drops are real: the Socket.IO
 server aborts the TCP connection itself; for the ws peer a loopback proxy run here
 cuts the connection once a marker passed it. `python-socketio`'s own client talks
@@ -35,7 +35,7 @@ from daemon_support import start_daemon
 
 PEERS = Path(__file__).resolve().parent / "peers"
 SERVER = PEERS / "socketio_server.py"
-DRIVER = PEERS / "acp_driver_chat.py"
+DRIVER = PEERS / "acp_driver_steps.py"
 TOKEN = "sk-blade-v3-test-token-never-logged"
 
 

@@ -1,6 +1,6 @@
 """An ACP editor on the official ACP Python SDK, driving `agent-bridge acp ROUTE` through a script.
 
-    python acp_driver_a2a.py OPTIONS_JSON BRIDGE_CMD...
+    python acp_driver_steps.py OPTIONS_JSON BRIDGE_CMD...
 
 OPTIONS_JSON: {"steps": [...], "elicitation": bool, "stderr": path, "timeout_s": s, "cwd": dir}.
 Each step is one `session/prompt` in one session:
@@ -11,9 +11,11 @@ Each step is one `session/prompt` in one session:
 arrived. Questions are answered by the step's policy (default: allow, accept `{}`).
 
 Prints one JSON report on stdout: `initialize` (the result), `steps` (per step:
-`result` or `error`, its `chunks` [{messageId, content}], `permissions`,
-`elicitations`), `commands` (the last available_commands_update), `sdk_log`
-(SDK warnings: expected empty), `crash`, `bridge_returncode`.
+`result` or `error`, its `chunks` [{messageId, content, meta}], `updates` (every
+session/update of the step, as the SDK parsed and dumped it), `permissions`,
+`elicitations`, `elapsed_s`, `cancel_to_answer_s`), `commands` (the last
+available_commands_update), `sdk_log` (SDK warnings: expected empty), `crash`,
+`bridge_returncode`. The A2A and chat back tests drive their routes with it.
 
 The ACP SDK is asyncio-only, so it runs here, in its own process, not in the tests.
 """
@@ -137,7 +139,7 @@ async def run(ed: Editor, conn: Any) -> None:
     init = await conn.initialize(
         protocol_version=acp.PROTOCOL_VERSION,
         client_capabilities=caps,
-        client_info=acp.schema.Implementation(name="a2a-e2e-driver", version="1.0"),
+        client_info=acp.schema.Implementation(name="e2e-steps-driver", version="1.0"),
     )
     ed.report["initialize"] = _dump(init)
     session = await conn.new_session(cwd=opts.get("cwd") or os.getcwd(), mcp_servers=[])
@@ -164,6 +166,7 @@ async def run(ed: Editor, conn: Any) -> None:
             ed.step["cancel_to_answer_s"] = time.monotonic() - t_cancel
         ed.step["elapsed_s"] = time.monotonic() - t0
         ed.step["chunks"] = ed.chunks_since(start)
+        ed.step["updates"] = ed.updates[start:]
 
 
 async def main() -> int:
