@@ -564,7 +564,14 @@ async def test_stream_cut_mid_task_resumes_and_every_chunk_arrives_once(
             nursery.cancel_scope.cancel()
     assert proxy.cuts == 1
     assert stop(r, "cut") == "end_turn", r["where"]
-    assert texts(r, "cut", "stream") == [f"c{i} " for i in range(20)]  # each exactly once, in order
+    # Every chunk, in order, none lost. At most one repeat, and only where the stream was
+    # re-attached: the a2a-sdk server taps its live queue before it reads the snapshot it
+    # sends first (ActiveTask.subscribe), so a chunk made in between is in both, and A2A
+    # gives a client nothing to tell them apart by (README, Backs).
+    got = texts(r, "cut", "stream")
+    repeats = [i for i in range(1, len(got)) if got[i] == got[i - 1]]
+    assert [c for i, c in enumerate(got) if i not in repeats] == [f"c{i} " for i in range(20)], got
+    assert len(repeats) <= 1 and all(i > proxy.cut_after for i in repeats), got
     assert texts(r, "cut").count("Done.") == 1
     assert texts(r, "after", "stream") == ["c0 ", "c1 "]
     ops = [op_of(c) for c in calls]
