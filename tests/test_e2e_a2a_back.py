@@ -27,9 +27,10 @@ import httpx
 import pytest
 import trio
 
+from steps_support import Drive, error, make_drive, step, stop
+
 PEERS = Path(__file__).resolve().parent / "peers"
 AGENT = PEERS / "a2a_agent.py"
-DRIVER = PEERS / "acp_driver_steps.py"
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 TOKEN = "s3cr3t-t0ken-do-not-log"
 
@@ -85,56 +86,8 @@ def back_toml(route: str = "", **back: Any) -> str:
 
 
 @pytest.fixture
-def drive(bridge_exe: list[str], state_dir: str, clean_env: dict[str, str], tmp_path: Path) -> Any:
-    """drive(config_toml, steps, **options) -> the editor's report (+ bridge_log)."""
-    counter = iter(range(1000))
-
-    async def run(config: str, steps: list[dict[str, Any]], *, env: dict[str, str] | None = None, expect_ok: bool = True, **options: Any) -> dict[str, Any]:
-        n = next(counter)
-        cfg = tmp_path / f"bridge-{n}.toml"
-        cfg.write_text(config)
-        log = tmp_path / f"bridge-{n}.log"
-        work = tmp_path / "work"
-        work.mkdir(exist_ok=True)
-        opts = {"steps": steps, "stderr": str(log), "cwd": str(work), "timeout_s": 60, **options}
-        command = [*bridge_exe, "acp", "research", "--config", str(cfg), "--state-dir", state_dir, "--log-level", "info"]
-        with trio.fail_after(90):
-            proc = await trio.run_process(
-                [sys.executable, str(DRIVER), json.dumps(opts), *command],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**clean_env, **(env or {})},
-                cwd=str(work),
-            )
-        bridge_log = log.read_text(errors="replace") if log.exists() else ""
-        where = f"\n--- driver stderr:\n{proc.stderr.decode(errors='replace')}\n--- bridge stderr:\n{bridge_log}"
-        assert proc.returncode == 0, f"driver exited {proc.returncode}{where}"
-        report: dict[str, Any] = json.loads(proc.stdout)
-        assert "crash" not in report, f"{report['crash']}{where}"
-        assert report["bridge_returncode"] == 0, where
-        assert report["sdk_log"] == [], report["sdk_log"]
-        report["bridge_log"] = bridge_log
-        report["where"] = where
-        return report
-
-    return run
-
-
-def step(report: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in report["steps"] if s["name"] == name)
-
-
-def stop(report: dict[str, Any], name: str) -> str:
-    s = step(report, name)
-    assert "result" in s, f"{name}: {s.get('error')}{report['where']}"
-    return s["result"]["stopReason"]  # type: ignore[no-any-return]
-
-
-def error(report: dict[str, Any], name: str) -> dict[str, Any]:
-    s = step(report, name)
-    assert "error" in s, f"{name} should have failed: {s}"
-    return s["error"]  # type: ignore[no-any-return]
+def drive(bridge_exe: list[str], state_dir: str, clean_env: dict[str, str], tmp_path: Path) -> Drive:
+    return make_drive(bridge_exe, state_dir, clean_env, tmp_path, "research")
 
 
 def texts(report: dict[str, Any], name: str, message_id: str | None = None) -> list[str]:

@@ -32,10 +32,10 @@ import trio
 from trio_websocket import open_websocket_url
 
 from daemon_support import start_daemon
+from steps_support import Drive, error, make_drive, step, stop
 
 PEERS = Path(__file__).resolve().parent / "peers"
 SERVER = PEERS / "socketio_server.py"
-DRIVER = PEERS / "acp_driver_steps.py"
 TOKEN = "sk-blade-v3-test-token-never-logged"
 
 
@@ -152,57 +152,15 @@ def route_toml(extra: str = "", **back: Any) -> str:
 
 
 @pytest.fixture
-def drive(bridge_exe: list[str], state_dir: str, clean_env: dict[str, str], tmp_path: Path) -> Any:
-    """drive(config_toml, steps, **options) -> the editor's report (+ bridge_log)."""
-    counter = iter(range(1000))
+def drive(bridge_exe: list[str], state_dir: str, clean_env: dict[str, str], tmp_path: Path) -> Drive:
+    plain = make_drive(bridge_exe, state_dir, {**clean_env, "PLATFORM_TOKEN": TOKEN}, tmp_path, "platform")
 
-    async def run(config: str, steps: list[dict[str, Any]], *, env: dict[str, str] | None = None, **options: Any) -> dict[str, Any]:
-        n = next(counter)
-        cfg = tmp_path / f"bridge-{n}.toml"
-        cfg.write_text(config)
-        log = tmp_path / f"bridge-{n}.log"
-        work = tmp_path / "work"
-        work.mkdir(exist_ok=True)
-        opts = {"steps": steps, "stderr": str(log), "cwd": str(work), "timeout_s": 60, **options}
-        command = [*bridge_exe, "acp", "platform", "--config", str(cfg), "--state-dir", state_dir, "--log-level", "info"]
-        with trio.fail_after(90):
-            proc = await trio.run_process(
-                [sys.executable, str(DRIVER), json.dumps(opts), *command],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**clean_env, "PLATFORM_TOKEN": TOKEN, **(env or {})},
-                cwd=str(work),
-            )
-        bridge_log = log.read_text(errors="replace") if log.exists() else ""
-        where = f"\n--- driver stderr:\n{proc.stderr.decode(errors='replace')}\n--- bridge stderr:\n{bridge_log}"
-        assert proc.returncode == 0, f"driver exited {proc.returncode}{where}"
-        report: dict[str, Any] = json.loads(proc.stdout)
-        assert "crash" not in report, f"{report['crash']}{where}"
-        assert report["bridge_returncode"] == 0, where
-        assert report["sdk_log"] == [], report["sdk_log"]
-        assert TOKEN not in bridge_log  # never logged (DESIGN.md complaint 4)
-        report["bridge_log"] = bridge_log
-        report["where"] = where
+    async def run(config: str, steps: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+        report = await plain(config, steps, **options)
+        assert TOKEN not in report["bridge_log"]  # never logged (DESIGN.md complaint 4)
         return report
 
     return run
-
-
-def step(report: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in report["steps"] if s["name"] == name)
-
-
-def stop(report: dict[str, Any], name: str) -> str:
-    s = step(report, name)
-    assert "result" in s, f"{name}: {s.get('error')}{report['where']}"
-    return s["result"]["stopReason"]  # type: ignore[no-any-return]
-
-
-def error(report: dict[str, Any], name: str) -> dict[str, Any]:
-    s = step(report, name)
-    assert "error" in s, f"{name} should have failed: {s}"
-    return s["error"]  # type: ignore[no-any-return]
 
 
 def updates(report: dict[str, Any], name: str, kind: str) -> list[dict[str, Any]]:
