@@ -54,6 +54,22 @@ class _Conf(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=Tru
     pass
 
 
+def _read_secret(env: str | None, file: str | None) -> str | None:
+    """`env`'s value, else `file`'s content (relative: in $CREDENTIALS_DIRECTORY under
+    systemd); None if neither yields one."""
+    if env:
+        return os.environ.get(env) or None
+    if file:
+        path = Path(file)
+        if not path.is_absolute() and os.environ.get("CREDENTIALS_DIRECTORY"):
+            path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / path
+        try:
+            return path.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+    return None
+
+
 class DemoBack(_Conf, tag="demo", tag_field="kind"):
     """The built-in scripted agent (README: "The demo agent")."""
 
@@ -115,6 +131,9 @@ class AcpBack(_Conf, tag="acp", tag_field="kind"):
     startup_timeout_s: PositiveSeconds = 60.0  # initialize + session/new (or load)
     request_timeout_s: PositiveSeconds = 30.0  # set_config_option, set_mode, session/close
     kill_grace_s: PositiveSeconds = 3.0  # SIGTERM → SIGKILL for the agent's process group
+    # fs/read_text_file and fs/write_text_file served by the bridge: each is bounded by
+    # this long (a file that blocks, such as a FIFO, is refused before it is opened).
+    fs_timeout_s: PositiveSeconds = 10.0
 
     def __post_init__(self) -> None:
         if self.cwd is not None and not os.path.isabs(self.cwd):
@@ -300,17 +319,7 @@ class A2ARouteConfig(_Conf):
 
     def token(self) -> str | None:
         """The token (`token_env`'s value, else `token_file`'s content); None if none can be read."""
-        if self.token_env:
-            return os.environ.get(self.token_env) or None
-        if self.token_file:
-            path = Path(self.token_file)
-            if not path.is_absolute() and os.environ.get("CREDENTIALS_DIRECTORY"):
-                path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / path
-            try:
-                return path.read_text(encoding="utf-8").strip() or None
-            except OSError:
-                return None
-        return None
+        return _read_secret(self.token_env, self.token_file)
 
 
 class Route(_Conf):
@@ -327,6 +336,14 @@ class Route(_Conf):
     cancel_grace_s: PositiveSeconds = 5.0
     # A whole turn may run at most this long; None: no limit.
     turn_timeout_s: PositiveSeconds | None = None
+    # A turn whose back sends nothing (no event of any kind) for this long fails
+    # ("the agent stopped responding"); time spent waiting for a user's answer does not
+    # count. 0 turns it off.
+    turn_idle_timeout_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
+    # Live sessions of this route at most (None: only the daemon-wide cap applies). When
+    # full, the longest-idle session is closed (it stays in the store); with none idle, a
+    # new session is refused with a clear error.
+    max_live_sessions: Annotated[int, msgspec.Meta(ge=1)] | None = None
     # Slash commands (bridge/prompts/config.py): the route's own prompt templates and MCP
     # prompt sources, beside the shared `[prompts.*]` and `[[prompt_sources]]` unless
     # `shared_prompts` is false.
@@ -350,6 +367,36 @@ class ServerConfig(_Conf):
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
     # On shutdown, how long open requests and streams get to finish.
     graceful_timeout_s: PositiveSeconds = 10.0
+    # Browser safety, for every HTTP front (README: "Security and limits"). On a loopback
+    # listener a request's Host must name a loopback address or one of `allowed_hosts`
+    # (DNS rebinding); on any listener a browser's Origin must be loopback or one of
+    # `allowed_origins` ("scheme://host[:port]", or "*" for any).
+    allowed_hosts: list[str] = []
+    allowed_origins: list[str] = []
+    # Operators' token: /readyz details (routes, backs, sources) and, with
+    # `metrics_need_token`, /metrics. Without one, /readyz says only ready or not.
+    admin_token_env: str | None = None
+    admin_token_file: str | None = None
+    metrics_need_token: bool = False
+    # JSON a client or a back sends is refused (as that protocol's parse error) past this
+    # nesting depth; it bounds the recursion every later step does over it.
+    max_json_depth: Annotated[int, msgspec.Meta(ge=8, le=512)] = 64
+
+    def __post_init__(self) -> None:
+        if self.admin_token_env and self.admin_token_file:
+            raise ValueError("set admin_token_env or admin_token_file, not both")
+        if self.metrics_need_token and not (self.admin_token_env or self.admin_token_file):
+            raise ValueError("metrics_need_token needs admin_token_env or admin_token_file")
+        for origin in self.allowed_origins:
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ValueError(f"allowed_origins: {origin!r} is not \"*\" or scheme://host[:port]")
+        for host in self.allowed_hosts:
+            if not re.fullmatch(r"(\*\.)?[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]", host):
+                raise ValueError(f"allowed_hosts: {host!r} is not a host name (without a port)")
+
+    def admin_token(self) -> str | None:
+        """The operators' token; None when none is configured or it cannot be read."""
+        return _read_secret(self.admin_token_env, self.admin_token_file)
 
 
 class DaemonConfig(_Conf):
@@ -372,6 +419,9 @@ class DaemonConfig(_Conf):
     # closed after this long, its agent process with it; it comes back from the store
     # when a client asks for it. 0: never.
     idle_session_close_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
+    # Live sessions at most, every route together. When full, the longest-idle session
+    # is closed (it stays in the store); with none idle, a new one is refused.
+    max_live_sessions: Annotated[int, msgspec.Meta(ge=1)] = 2000
     # Under systemd: every credential named like an environment variable (LoadCredential=
     # NAME:...) is put in our environment if not set, so `token_env` and `{env = "NAME"}` find it.
     env_from_credentials: bool = True
