@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.codecs.a2a_server import DECODERS, A2AFault, decode_json, lift_push_v03
 from bridge.codecs.a2a_wire import Dialect, lift_rest_message_v03
 from bridge.schema import a2a as s
@@ -34,7 +35,7 @@ REST_ROUTES: list[tuple[str, str, str, Dialect]] = [
     ("GET", "/v1/card", "extended_card", Dialect.V0_3),
 ]
 
-_any = msgspec.json.Decoder(Any)
+_any = safejson.Decoder(Any)
 
 
 def _camel(key: str) -> str:
@@ -100,7 +101,9 @@ def decode_rest(op: str, dialect: Dialect, body: bytes, path: dict[str, str]) ->
                     return_immediately=not c.get("blocking", False),  # proto3: absent is false
                 )
             return s.SendMessageRequest(message=lift_rest_message_v03(req.message), configuration=config, metadata=req.metadata)
-        inner = raw.get("config", {}).get("pushNotificationConfig", raw.get("pushNotificationConfig", raw))
+        config = raw.get("config")
+        outer = config if isinstance(config, dict) else {}  # any other type: the fields are read from the top
+        inner = outer.get("pushNotificationConfig", raw.get("pushNotificationConfig", raw))
         push03 = msgspec.convert(inner, v.PushNotificationConfigV03)
         if not push03.id and isinstance(raw.get("configId"), str):
             push03.id = raw["configId"]

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from bridge.codecs import safejson
 from bridge.codecs.a2a_lower import (
     lower_event_rest,
     lower_event_rpc,
@@ -100,7 +101,7 @@ class Envelope(msgspec.Struct, gc=False):
     params: msgspec.Raw | UnsetType = UNSET
 
 
-_envelope = msgspec.json.Decoder(Envelope)
+_envelope = safejson.Decoder(Envelope)
 _OPS: dict[Dialect, dict[str, str]] = {
     Dialect.V1_0: {m10: op for op, (m10, _) in s.METHODS.items()},
     Dialect.V0_3: {m03: op for op, (_, m03) in s.METHODS.items() if m03},
@@ -160,12 +161,12 @@ _PARAMS_03: dict[str, type] = {
     "extended_card": v.TaskIdParamsV03,  # takes none; anything is ignored
 }
 DECODERS = {  # per dialect, per operation: the params as a request struct
-    Dialect.V1_0: {op: msgspec.json.Decoder(t) for op, t in _PARAMS_10.items()},
-    Dialect.V0_3: {op: msgspec.json.Decoder(t) for op, t in _PARAMS_03.items()},
+    Dialect.V1_0: {op: safejson.Decoder(t) for op, t in _PARAMS_10.items()},
+    Dialect.V0_3: {op: safejson.Decoder(t) for op, t in _PARAMS_03.items()},
 }
 
 
-def decode_json(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
+def decode_json(decoder: safejson.Decoder[Any], body: bytes) -> Any:
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, Raw
 
+from bridge.codecs import safejson
 from bridge.errors import BridgeError, InvalidParams, InvalidRequest, ParseError, codes_for
 from bridge.schema.jsonrpc import Envelope, ErrorObject, ErrorResponse, Notification, Request, RequestId, Response
 
@@ -31,7 +32,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_envelope = msgspec.json.Decoder(Envelope)
+_envelope = safejson.Decoder(Envelope)
 _encoder = msgspec.json.Encoder()
 
 
@@ -92,17 +93,21 @@ def parse(line: bytes) -> Incoming:
     return Reply(env.id, result, error)  # type: ignore[arg-type]
 
 
-_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+_decoders: dict[type, safejson.Decoder[Any]] = {}
 
 
 def decode_params(raw: Raw | None, typ: type[T]) -> T:
+    """The params (or a result) as `typ`: `InvalidParams` with the `$.path` when they do
+    not fit, `ParseError` when they are not JSON at all (JSON-RPC 2.0 §5.1, -32700)."""
     dec = _decoders.get(typ)
     if dec is None:
-        dec = _decoders[typ] = msgspec.json.Decoder(typ)
+        dec = _decoders[typ] = safejson.Decoder(typ)
     try:
         return dec.decode(raw if raw is not None else b"{}")
     except msgspec.ValidationError as exc:
         raise InvalidParams(f"invalid params: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ParseError(f"invalid JSON in params: {exc}") from exc
 
 
 def error_response(id: RequestId | None, exc: BaseException, *, a2a: bool = False) -> ErrorResponse:

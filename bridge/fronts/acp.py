@@ -518,7 +518,7 @@ class AcpConnection:
             return
         try:
             result = decode_params(reply.result, result_type)
-        except InvalidParams as exc:
+        except PeerError as exc:  # InvalidParams, or ParseError for bytes that are not JSON
             log.warning("editor's answer to %s is invalid: %s", method, exc.message)
             self._answer(session, question.id, cancelled=True)
             return

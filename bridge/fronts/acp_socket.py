@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import trio
 
+from bridge.codecs import safejson
 from bridge.fronts.acp import AcpConnection
 from bridge.session import SessionManager
 
@@ -41,7 +42,7 @@ class _Preamble(msgspec.Struct):
     route: str | None = None
 
 
-_preamble = msgspec.json.Decoder(_Preamble)
+_preamble = safejson.Decoder(_Preamble)  # any bytes: a value or DecodeError
 
 
 def bind_unix(path: str, mode: int) -> tuple[socket.socket, int]:
@@ -154,6 +155,11 @@ class AcpSocketFront:
                 await self._serve_one(stream)
         except trio.BrokenResourceError:
             log.info("ACP socket client went away")
+        except Exception:
+            # The supervising boundary of one connection (STYLE.md rule 17): whatever
+            # it raises is our bug, logged, and ends this connection only, never the
+            # accept loop or the daemon.
+            log.exception("ACP socket connection failed")
         finally:
             self.streams.discard(stream)
             if self.metrics is not None:
