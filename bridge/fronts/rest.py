@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 import msgspec
 import trio
 
+from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.core.turn import TurnState
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
@@ -46,7 +47,7 @@ class CreateSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
     intent: str | None = None
 
 
-_create = msgspec.json.Decoder(CreateSession)
+_create = safejson.Decoder(CreateSession)  # any bytes: a value or DecodeError (400)
 
 
 def _iso(ts: float) -> str:

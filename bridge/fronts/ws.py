@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 import trio
 
-from bridge.codecs import chat_parts
+from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
 from bridge.config import Config
 from bridge.errors import (
@@ -70,10 +70,16 @@ log = logging.getLogger("bridge.fronts.ws")
 
 CLOSE_SLOW = 4008  # application-defined twin of 1008 (policy): "slow consumer"
 CLOSE_GOING_AWAY = 1001  # RFC 6455 §7.4.1: "a server going down"
-_frame = msgspec.json.Decoder(chat.ClientFrame)
-_data: dict[str, msgspec.json.Decoder[Any]] = {
-    name: msgspec.json.Decoder(typ) for name, typ in chat.CLIENT_EVENTS.items()
-}
+_frame = safejson.Decoder(chat.ClientFrame)  # any bytes or text: a value or DecodeError
+_data: dict[str, safejson.Decoder[Any]] = {name: safejson.Decoder(typ) for name, typ in chat.CLIENT_EVENTS.items()}
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 _CODES = {
     ParseError: "parse_error",
     InvalidRequest: "invalid_request",
@@ -374,6 +380,10 @@ class _Connection:
             except msgspec.ValidationError as exc:
                 raise InvalidRequest(f'not a chat frame {{"event", "data"}}: {exc}') from exc
             except msgspec.DecodeError as exc:
+                if isinstance(data, bytes) and not _is_utf8(data):
+                    # RFC 6455 §7.4.1: 1007, "data within a message that was not
+                    # consistent with the type of the message"; the error goes first.
+                    self.close(1007, "the frame is not UTF-8", flush=True)
                 raise ParseError(f"invalid JSON: {exc}") from exc
             if not self.authed:
                 if frame.auth is None or not self.front.access.token_ok(frame.auth.token):
