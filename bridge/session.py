@@ -615,6 +615,11 @@ class SessionManager:
         self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # Turns a killed process left running end now, before any session can load
+        # them: every front then replays their end (bridge/store/base.py).
+        for cut in await self.store.close_cut_turns():
+            log.warning("turn cut short by a stopped process: closed as interrupted",
+                        extra={"session": cut.session_id, "turn": cut.turn_id})  # fmt: skip
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.prompts.run)

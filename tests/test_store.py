@@ -16,10 +16,13 @@ import pytest
 import trio
 import trio.testing
 
+from bridge.core.events import StopReason, TurnEnded, decode_events
 from bridge.errors import ConfigError, InternalError
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord, open_store
+from bridge.store.base import CUT_META_KEY, CUT_TURN_ERROR
 from bridge.store.memory import MemoryStore
-from bridge.store.sqlite import DB_FILENAME, SCHEMA_VERSION, SqliteStore
+from bridge.store.owners import OWNERS_DIRNAME
+from bridge.store.sqlite import _MIGRATIONS, DB_FILENAME, SCHEMA_VERSION, SqliteStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -415,3 +418,117 @@ async def test_two_sqlite_stores_share_a_state_dir(tmp_path: Path) -> None:
         finally:
             await a.close()
             await b.close()
+
+
+# -- cut turns (a process killed mid-turn) ------------------------------------------------
+
+
+def cut_session(store_turn: TurnRecord) -> tuple[SessionRecord, StoredBatch]:
+    return session(store_turn.session_id, updated_at=7.0, last_seq=3), batch(1, 3)
+
+
+@pytest.mark.trio
+async def test_cut_turn_is_closed_when_the_store_opens_again(store: Store) -> None:
+    open_turn = turn("t1", started_at=5.0)
+    record, events = cut_session(open_turn)
+    await store.save(record, turns=[open_turn], batch=events)
+    assert await store.close_cut_turns() == []  # its owner (this open store) still runs it
+
+    await store.close()  # the process is gone; the next one opens the store
+    await store.open()
+    (closed,) = await store.close_cut_turns()
+    assert (closed.turn_id, closed.stop_reason, closed.last_seq) == ("t1", "failed", 4)
+    assert closed.error == CUT_TURN_ERROR.message and closed.meta == {CUT_META_KEY: True}
+    assert closed.ended_at == 7.0  # its session's last write, not the restart's time
+    assert await store.get_turn("t1") == closed
+    got = await store.get_session("s1")
+    assert got is not None and got.last_seq == 4
+    (appended,) = await store.read_batches("s1", after_seq=3)
+    assert (appended.first_seq, appended.last_seq) == (4, 4)
+    assert decode_events(appended.blob) == [
+        TurnEnded(seq=4, turn_id="t1", stop_reason=StopReason.FAILED, error=CUT_TURN_ERROR)
+    ]
+    assert await store.close_cut_turns() == []  # once
+
+
+@pytest.mark.trio
+async def test_sqlite_leaves_a_live_owners_turn_alone(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    a, b = SqliteStore(state), SqliteStore(state)
+    await a.open()
+    await b.open()
+    try:
+        record, events = cut_session(turn("t1"))
+        await a.save(record, turns=[turn("t1")], batch=events)
+        # Two editors on one state dir: b starting must not end what a is running.
+        assert await b.close_cut_turns() == []
+        got = await b.get_turn("t1")
+        assert got is not None and got.ended_at is None
+        await a.close()
+        (closed,) = await b.close_cut_turns()
+        assert closed.turn_id == "t1"
+    finally:
+        await a.close()
+        await b.close()
+    assert os.listdir(Path(state) / OWNERS_DIRNAME) == []
+
+
+_CUT_WRITER = """
+import os, signal, sys, trio
+from bridge.store import SessionRecord, StoredBatch, TurnRecord
+from bridge.store.sqlite import SqliteStore
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    await store.open()
+    await store.save(
+        SessionRecord(session_id="s1", route="claude", created_at=1.0, updated_at=2.0, last_seq=3),
+        turns=[TurnRecord(turn_id="t1", session_id="s1", started_at=1.0, first_seq=1)],
+        batch=StoredBatch(first_seq=1, last_seq=3, blob=b"events"),
+    )
+    print("ok", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+trio.run(main)
+"""
+
+
+@pytest.mark.trio
+async def test_sqlite_closes_the_turn_of_a_killed_process(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with trio.fail_after(30):
+        proc = await trio.run_process(
+            [sys.executable, "-c", _CUT_WRITER, str(state)], capture_stdout=True, capture_stderr=True,
+            check=False, env=env,
+        )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert len(os.listdir(state / OWNERS_DIRNAME)) == 1  # its owner file, left behind
+
+    store = SqliteStore(str(state))
+    await store.open()
+    try:
+        (closed,) = await store.close_cut_turns()
+        assert (closed.turn_id, closed.stop_reason, closed.last_seq) == ("t1", "failed", 4)
+        assert os.listdir(state / OWNERS_DIRNAME) == [store._owner]  # the dead one's file swept
+    finally:
+        await store.close()
+
+
+@pytest.mark.trio
+async def test_sqlite_closes_an_open_turn_written_before_owners(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    conn = sqlite3.connect(tmp_path / DB_FILENAME, isolation_level=None)
+    for statement in _MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO sessions VALUES ('s1','claude','/w',NULL,0.5,2.0,NULL,'{}','{}',0,0)")
+    conn.execute("INSERT INTO turns VALUES ('t1','s1',1.0,1,NULL,NULL,NULL,NULL,'{}')")
+    conn.close()
+    store = SqliteStore(str(tmp_path))
+    await store.open()
+    try:
+        (closed,) = await store.close_cut_turns()
+        assert (closed.turn_id, closed.last_seq) == ("t1", 1)
+    finally:
+        await store.close()

@@ -69,6 +69,8 @@ _FINISH = {
     ev.StopReason.INPUT_REQUIRED: "input_required",
 }
 
+_CUT_KIND = "interrupted"
+
 
 class ChatProjector(ToolCalls):
     """Canonical events in, chat frames out (see the module docstring)."""
@@ -107,6 +109,11 @@ class ChatProjector(ToolCalls):
             return
         stop = e.stop_reason
         status = _TURN_STATUS.get(stop, "completed")
+        # A turn cut by a stopped daemon, closed at its next start (bridge/store/base.py
+        # CUT_TURN_ERROR), is `failed` to the canonical model but `interrupted` in chat.
+        cut = stop is ev.StopReason.FAILED and e.error is not None and e.error.kind == _CUT_KIND
+        if cut:
+            status = "interrupted"
         end = self.turn_times.get(run.turn_id, (None, None))[1] or self._now()
         gone = {"interrupted": "cancelled", "failed": "error"}.get(status)
         for turn, tool, _t in list(self._tools.values()):
@@ -118,7 +125,7 @@ class ChatProjector(ToolCalls):
                 self._close_turn(child, "completed" if status == "paused" else status, self._now())
         self._close_turn(run.root, status, end)
         chat_status = {"interrupted": "interrupted", "failed": "failed"}.get(status, "completed")
-        finish = _FINISH.get(stop, "completed")
+        finish = "interrupted" if cut else _FINISH.get(stop, "completed")
         result: Any = None
         options = self._run_options(run.turn_id)
         if options is not None and (options.headless or options.output_schema is not None):

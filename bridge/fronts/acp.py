@@ -37,7 +37,17 @@ from bridge.codecs.jsonrpc import (
 )
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
-from bridge.core.events import CommandsAvailable, Event, Question, QuestionAnswered, QuestionAsked, StopReason, TurnStarted
+from bridge.core.content import TextContent
+from bridge.core.events import (
+    CommandsAvailable,
+    Event,
+    Question,
+    QuestionAnswered,
+    QuestionAsked,
+    StopReason,
+    TurnEnded,
+    TurnStarted,
+)
 from bridge.errors import (
     AuthRequired,
     BackAuthRequired,
@@ -379,6 +389,15 @@ class AcpConnection:
             if isinstance(event, TurnStarted):
                 for chunk in codec.user_chunks(event):
                     self._notify("session/update", acp.SessionNotification(session_id=session.id, update=chunk))
+            elif isinstance(event, TurnEnded) and event.error is not None and event.error.kind == "interrupted":
+                # A turn cut by a stopped daemon (closed at its start, bridge/store/base.py):
+                # a replay has no prompt answer to carry its stop reason (ACP §session/load
+                # replays only updates), so it ends with a line saying so.
+                notice = acp.AgentMessageChunk(
+                    content=TextContent(text=f"\n\n[interrupted: {event.error.message}]"),
+                    message_id=f"interrupted-{event.turn_id}",
+                )
+                self._notify("session/update", acp.SessionNotification(session_id=session.id, update=notice))
             else:
                 self._deliver(session, event, replay=True)
             if self.outbox.congested():

@@ -33,6 +33,7 @@ from bridge.fronts.chat_streams import ChatStreams
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
 from bridge.session import SessionManager
 from bridge.store import SessionRecord
+from bridge.store.base import CUT_META_KEY
 
 __all__ = ["register"]
 
@@ -183,8 +184,8 @@ class _Api:
         if not turns:
             return "created"
         last = turns[-1].stop_reason
-        if last is None:
-            return "interrupted"  # it never ended: the daemon stopped during it
+        if last is None or turns[-1].meta.get(CUT_META_KEY):
+            return "interrupted"  # the daemon stopped during it (closed at its next start)
         return _STATUS.get(last, "completed")
 
     async def _info(self, record: SessionRecord) -> dict[str, Any]:

@@ -8,6 +8,14 @@ store off the streaming hot path. A session writes with `save`: its record, the 
 records that changed and the batch, in one transaction.
 
 Every method is async because the SQLite implementation runs in a thread of its own.
+
+A turn cut short (the process running it was killed: `kill -9`, OOM, power) has a
+record with no end and an event log with no `TurnEnded`. `close_cut_turns` ends it
+in the store as a live end would (`cut_turn_end`): the record gets `failed` with
+`CUT_TURN_ERROR`, and a `TurnEnded` with the session's next sequence number is
+appended to its log, so every front's replay ends it exactly like a live end. A
+store knows which turns it may close: each open store is an *owner*, and a turn
+whose owner still runs (another process sharing the state directory) is left alone.
 """
 
 from __future__ import annotations
@@ -17,7 +25,15 @@ from typing import Protocol
 
 import msgspec
 
-__all__ = ["SessionRecord", "Store", "StoredBatch", "TurnRecord"]
+from bridge.core.events import StopReason, TurnEnded, TurnError, encode_events
+
+__all__ = ["CUT_META_KEY", "CUT_TURN_ERROR", "SessionRecord", "Store", "StoredBatch", "TurnRecord", "cut_turn_end"]
+
+# What a cut turn ended with. `kind` "interrupted" is what the A2A front already
+# shows for such a turn, and what the chat projection renders as `interrupted`.
+CUT_TURN_ERROR = TurnError(message="the daemon stopped during this turn", kind="interrupted")
+# `TurnRecord.meta` key set on a turn closed by `close_cut_turns` (REST status).
+CUT_META_KEY = "cut"
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -56,6 +72,24 @@ class StoredBatch(msgspec.Struct, kw_only=True, frozen=True):
     blob: bytes
 
 
+def cut_turn_end(turn: TurnRecord, session: SessionRecord) -> tuple[TurnRecord, StoredBatch]:
+    """The record and the one-event batch that close `turn`, cut short, in `session`
+    (whose `last_seq` is the last stored event). The end time is the session's last
+    store write, not now: the turn was cut after it, and a restart days later must not
+    make the turn look days long."""
+    seq = session.last_seq + 1
+    ended = TurnEnded(seq=seq, turn_id=turn.turn_id, stop_reason=StopReason.FAILED, error=CUT_TURN_ERROR)
+    record = msgspec.structs.replace(
+        turn,
+        ended_at=max(turn.started_at, session.updated_at),
+        last_seq=seq,
+        stop_reason=StopReason.FAILED.value,
+        error=CUT_TURN_ERROR.message,
+        meta={**turn.meta, CUT_META_KEY: True},
+    )
+    return record, StoredBatch(first_seq=seq, last_seq=seq, blob=encode_events([ended]))
+
+
 class Store(Protocol):
     async def open(self) -> None: ...
 
@@ -85,3 +119,8 @@ class Store(Protocol):
 
     async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
         """Batches with `last_seq > after_seq`, in order."""
+
+    async def close_cut_turns(self) -> list[TurnRecord]:
+        """End every turn with no end whose owner is gone (see the module docstring),
+        each with its session record and `TurnEnded` batch in one transaction; returns
+        the closed records. Called once at start-up, before any session runs."""

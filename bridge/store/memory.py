@@ -3,6 +3,9 @@
 Records are copied in and out through the same JSON encoding the SQLite store uses
 for its JSON columns, so a test sees what the daemon would see: no aliasing between
 the caller's record and the stored one, and `meta` must be JSON-able here too.
+
+Its owners (bridge/store/base.py) are its generations: each `open` starts one, so a
+test that closes and reopens a store sees the turns of the earlier one as cut.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import TypeVar
 import msgspec
 
 from bridge.errors import InternalError
-from bridge.store.base import SessionRecord, StoredBatch, TurnRecord
+from bridge.store.base import SessionRecord, StoredBatch, TurnRecord, cut_turn_end
 
 __all__ = ["MemoryStore"]
 
@@ -41,9 +44,11 @@ class MemoryStore:
         self._turns: dict[str, TurnRecord] = {}
         # session_id -> first_seq -> batch
         self._batches: dict[str, dict[int, StoredBatch]] = {}
+        self._generation = 0
+        self._owners: dict[str, int] = {}  # turn_id -> the generation that wrote it
 
     async def open(self) -> None:
-        pass
+        self._generation += 1
 
     async def close(self) -> None:
         pass
@@ -89,9 +94,25 @@ class MemoryStore:
         self._sessions[session.session_id] = _copy(session)
         for turn in turns:
             self._turns[turn.turn_id] = _copy(turn)
+            self._owners[turn.turn_id] = self._generation
         if batch is not None:
             self._batches.setdefault(session.session_id, {})[batch.first_seq] = batch
 
     async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
         batches = self._batches.get(session_id, {})
         return [batches[k] for k in sorted(batches) if batches[k].last_seq > after_seq]
+
+    async def close_cut_turns(self) -> list[TurnRecord]:
+        closed: list[TurnRecord] = []
+        for turn in sorted(self._turns.values(), key=_turn_order):
+            if turn.ended_at is not None or self._owners.get(turn.turn_id) == self._generation:
+                continue
+            session = self._sessions.get(turn.session_id)
+            if session is None:
+                continue
+            record, batch = cut_turn_end(turn, session)
+            session.last_seq = batch.last_seq
+            self._turns[turn.turn_id] = record
+            self._batches.setdefault(session.session_id, {})[batch.first_seq] = batch
+            closed.append(_copy(record))
+        return closed

@@ -6,6 +6,9 @@ Calls are queued and run in batches, each batch one transaction: group commit, s
 (two editors), so a batch that writes takes the write lock up front (`BEGIN
 IMMEDIATE`) and waits up to `busy_timeout` for it.
 
+Owners (who may close a cut turn, bridge/store/base.py): each open store claims
+one (bridge/store/owners.py) and names it in every turn row it writes.
+
 The schema version is `PRAGMA user_version`; `_MIGRATIONS[n]` takes a database from
 version n to n + 1, so a later schema adds one entry and never edits an old one.
 """
@@ -17,6 +20,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,7 +28,8 @@ import msgspec
 import trio
 
 from bridge.errors import ConfigError, InternalError
-from bridge.store.base import SessionRecord, StoredBatch, TurnRecord
+from bridge.store.base import SessionRecord, StoredBatch, TurnRecord, cut_turn_end
+from bridge.store.owners import claim_owner, release_owner, sweep_owners, take_gone_owner
 
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SqliteStore"]
 
@@ -76,6 +81,11 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (session_id, first_seq)
         )""",
     ),
+    # 1 -> 2: the owner of each turn (who may close it when cut), and the open turns.
+    (
+        "ALTER TABLE turns ADD COLUMN owner TEXT",
+        "CREATE INDEX turns_open ON turns (ended_at) WHERE ended_at IS NULL",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -84,7 +94,7 @@ _SESSION_COLUMNS = (
 )
 _TURN_COLUMNS = "turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta"
 _PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-_PUT_TURN = f"INSERT OR REPLACE INTO turns ({_TURN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_PUT_TURN = f"INSERT OR REPLACE INTO turns ({_TURN_COLUMNS}, owner) VALUES (?,?,?,?,?,?,?,?,?,?)"
 _PUT_BATCH = "INSERT INTO events (session_id, first_seq, last_seq, blob) VALUES (?,?,?,?)"
 
 
@@ -108,10 +118,10 @@ def _session_record(row: tuple[Any, ...]) -> SessionRecord:
     )  # fmt: skip
 
 
-def _turn_row(r: TurnRecord) -> tuple[Any, ...]:
+def _turn_row(r: TurnRecord, owner: str | None) -> tuple[Any, ...]:
     return (
         r.turn_id, r.session_id, r.started_at, r.first_seq, r.ended_at, r.last_seq,
-        r.stop_reason, r.error, _json(r.meta),
+        r.stop_reason, r.error, _json(r.meta), owner,
     )  # fmt: skip
 
 
@@ -142,7 +152,7 @@ def _connect(state_dir: str) -> sqlite3.Connection:
     conn = sqlite3.connect(os.path.join(state_dir, DB_FILENAME), isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _set_wal(conn)
         # Survives kill -9: a commit is in the WAL file (OS page cache) before COMMIT returns;
         # only power loss or an OS crash can drop the last commits, never corrupt the file.
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -151,6 +161,21 @@ def _connect(state_dir: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """`journal_mode = WAL`, retried: while another process creates the same new
+    database, this pragma can fail at once with "database is locked", without waiting
+    for `busy_timeout` (seen on about one concurrent first open in fifteen)."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)  # in the store's opening thread, never the event loop
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -223,6 +248,8 @@ class SqliteStore:
         self._idle.set()
         self._jobs: queue.SimpleQueue[list[_Op] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._owner: str | None = None  # this open store's owner id, and its locked file
+        self._owner_fd = -1
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T], *, write: bool = True) -> _T:
         if self._conn is None:
@@ -280,6 +307,11 @@ class SqliteStore:
                 conn = await trio.to_thread.run_sync(_connect, self._state_dir, abandon_on_cancel=False)
             except (sqlite3.Error, OSError) as exc:
                 raise InternalError(f"cannot open the store in {self._state_dir}: {exc}") from exc
+            try:
+                self._owner, self._owner_fd = claim_owner(self._state_dir)
+            except OSError as exc:
+                conn.close()
+                raise InternalError(f"cannot open the store in {self._state_dir}: {exc}") from exc
             self._thread = threading.Thread(
                 target=self._writer, args=(conn, trio.lowlevel.current_trio_token()), name="bridge-store", daemon=True
             )
@@ -294,6 +326,9 @@ class SqliteStore:
                 self._jobs.put(None)
                 await trio.to_thread.run_sync(self._thread.join, abandon_on_cancel=False)
                 self._thread = None
+            if self._owner is not None:
+                release_owner(self._state_dir, self._owner, self._owner_fd)
+                self._owner, self._owner_fd = None, -1
 
     async def put_session(self, record: SessionRecord) -> None:
         row = _session_row(record)
@@ -349,7 +384,7 @@ class SqliteStore:
 
     async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
         session_row = _session_row(session)
-        turn_rows = [_turn_row(t) for t in turns]
+        turn_rows = [_turn_row(t, self._owner) for t in turns]
         batch_row = (session.session_id, batch.first_seq, batch.last_seq, batch.blob) if batch is not None else None
 
         def body(c: sqlite3.Connection) -> None:
@@ -366,3 +401,45 @@ class SqliteStore:
         )
         rows = await self._run(lambda c: c.execute(sql, (session_id, after_seq)).fetchall(), write=False)
         return [StoredBatch(first_seq=f, last_seq=l, blob=b) for f, l, b in rows]
+
+    async def close_cut_turns(self) -> list[TurnRecord]:
+        me, state_dir = self._owner, self._state_dir
+        taken: dict[str, int] = {}  # gone owners whose files we hold locked
+
+        def body(c: sqlite3.Connection) -> list[TurnRecord]:
+            rows = c.execute(
+                f"SELECT {_TURN_COLUMNS}, owner FROM turns WHERE ended_at IS NULL ORDER BY started_at, first_seq"
+            ).fetchall()
+            gone: dict[str | None, bool] = {}
+            closed: list[TurnRecord] = []
+            for row in rows:
+                owner = row[-1]
+                if owner == me:
+                    continue
+                if owner not in gone:
+                    fd = take_gone_owner(state_dir, owner)
+                    gone[owner] = fd is not None
+                    if fd is not None and fd >= 0:
+                        taken[owner] = fd
+                if not gone[owner]:
+                    continue  # another process runs it now
+                turn = _turn_record(row[:-1])
+                found = c.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (turn.session_id,)).fetchone()
+                if found is None:
+                    continue
+                session = _session_record(found)
+                (stored,) = c.execute("SELECT MAX(last_seq) FROM events WHERE session_id = ?", (turn.session_id,)).fetchone()
+                session.last_seq = max(session.last_seq, stored or 0)
+                record, batch = cut_turn_end(turn, session)
+                session.last_seq = batch.last_seq
+                c.execute(_PUT_SESSION, _session_row(session))
+                c.execute(_PUT_TURN, _turn_row(record, owner))
+                c.execute(_PUT_BATCH, (session.session_id, batch.first_seq, batch.last_seq, batch.blob))
+                closed.append(record)
+            return closed
+
+        try:
+            return await self._run(body)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(sweep_owners, state_dir, me, taken, abandon_on_cancel=False)
