@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 import msgspec
 from msgspec import UNSET
 
+from bridge.codecs.numbers import small_int
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
@@ -101,7 +102,7 @@ def block_from_part(p: s.Part) -> ContentBlock:
         size = md.get("size")
         return ResourceLink(
             uri=p.url,
-            name=p.filename or posixpath.basename(urlparse(p.url).path) or p.url,
+            name=p.filename or _basename(p.url) or p.url,
             mime_type=p.media_type,
             title=md.get("title") if isinstance(md.get("title"), str) else None,
             description=md.get("description") if isinstance(md.get("description"), str) else None,
@@ -130,7 +131,7 @@ def parts_from_blocks(blocks: list[ContentBlock]) -> list[s.Part]:
         elif isinstance(b, EmbeddedResource):
             r = b.resource
             if r.blob is not None:
-                name = posixpath.basename(urlparse(r.uri).path) or None
+                name = _basename(r.uri) or None
                 out.append(s.Part(raw=r.blob, filename=name, media_type=r.mime_type, metadata={"uri": r.uri}))
             else:
                 out.append(s.Part(text=r.text or "", media_type=r.mime_type, metadata={"uri": r.uri}))
@@ -161,6 +162,14 @@ def message_text(msg: s.Message | None) -> str:
 
 
 # -- the task tracker ------------------------------------------------------------------------
+
+
+def _basename(url: str) -> str:
+    """The last path segment of a peer's URL; "" for one urlparse refuses ("http://[::1")."""
+    try:
+        return posixpath.basename(urlparse(url).path)
+    except ValueError:
+        return ""
 
 
 def _fingerprint(p: s.Part) -> str | None:
@@ -410,7 +419,7 @@ def answer_parts(asked: AskedQuestion, answer: QuestionAnswered) -> list[s.Part]
         custom: dict[str, str] = {}
         shown: list[str] = []
         if len(asked.items) == 1:
-            idx = [int(x) for x in answer.selected if x.isdigit()]
+            idx = [n for n in (small_int(x) for x in answer.selected) if n is not None]
             if idx:
                 selections["0"] = idx
             if answer.text:
@@ -422,7 +431,7 @@ def answer_parts(asked: AskedQuestion, answer: QuestionAnswered) -> list[s.Part]
             for i, item in enumerate(asked.items):
                 raw = values.get(f"q{i}")
                 picks = raw if isinstance(raw, list) else [raw] if raw is not None else []
-                idx = [int(x) for x in picks if str(x).isdigit()]
+                idx = [n for n in (small_int(str(x)) for x in picks) if n is not None]
                 if idx:
                     selections[str(i)] = idx
                 other = values.get(f"q{i}_custom")

@@ -8,6 +8,7 @@ from typing import Any
 from msgspec import UNSET
 
 from bridge.codecs.a2a import block_from_part
+from bridge.codecs.numbers import small_int
 from bridge.core.content import ContentBlock
 from bridge.core.events import Question
 from bridge.schema import a2a as s
@@ -37,8 +38,9 @@ def answer_for(question: Question, parts: list[s.Part]) -> tuple[list[str], str 
             return t
         if t.casefold() in by_label:
             return by_label[t.casefold()]
-        if t.isdigit() and 1 <= int(t) <= len(question.options):
-            return question.options[int(t) - 1].id
+        n = small_int(t)
+        if n is not None and 1 <= n <= len(question.options):
+            return question.options[n - 1].id
         return None
 
     for p in parts:
@@ -52,7 +54,7 @@ def answer_for(question: Question, parts: list[s.Part]) -> tuple[list[str], str 
             text = d.get("text") if isinstance(d.get("text"), str) else None
             return [x for x in found if x], text, None
         if isinstance(d.get("selections"), dict):
-            idx = [int(i) for i in (d["selections"].get("0") or []) if str(i).isdigit()]
+            idx = [n for n in (small_int(str(i)) for i in _as_list(d["selections"].get("0"))) if n is not None]
             picked = [question.options[i].id for i in idx if i < len(question.options)]
             custom = d.get("custom") if isinstance(d.get("custom"), dict) else {}
             text = custom.get("0") if isinstance(custom.get("0"), str) else None
@@ -78,6 +80,10 @@ def answer_for(question: Question, parts: list[s.Part]) -> tuple[list[str], str 
     if question.options:
         raise ValueError(f"answer the question with one of its options: {_listing(question)}")
     raise ValueError("the answer is empty")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []  # a peer's JSON: any type may come
 
 
 def _listing(question: Question) -> str:

@@ -20,6 +20,7 @@ from urllib.parse import urljoin
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.codecs.a2a_wire import Binding, Dialect, Interface
 from bridge.core.events import CommandInfo
 from bridge.schema import a2a as s
@@ -39,8 +40,8 @@ __all__ = [
     "skills_for",
 ]
 
-_card10 = msgspec.json.Decoder(s.AgentCard)
-_card03 = msgspec.json.Decoder(v.AgentCardV03)
+_card10 = safejson.Decoder(s.AgentCard)
+_card03 = safejson.Decoder(v.AgentCardV03)
 
 
 class CardError(Exception):
@@ -134,7 +135,7 @@ def parse_card(body: bytes, card_url: str) -> CardView:
 
 
 def _major_minor(version: str) -> str:
-    m = re.match(r"^\s*(\d+)\.(\d+)", version or "")
+    m = re.match(r"^\s*([0-9]{1,9})\.([0-9]{1,9})", version or "")  # a peer's text: int() stays small
     return f"{int(m.group(1))}.{int(m.group(2))}" if m else ""
 
 

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v
 
@@ -99,23 +100,23 @@ class InvalidResponse(Exception):
 
 # -- decoders, built once (STYLE.md rule 7) -------------------------------------------------
 _enc = msgspec.json.Encoder()
-_rpc_send = msgspec.json.Decoder(s.RpcResponse[s.SendMessageResponse])
-_rpc_task = msgspec.json.Decoder(s.RpcResponse[s.Task])
-_rpc_stream = msgspec.json.Decoder(s.RpcResponse[s.StreamResponse])
-_rpc_send03 = msgspec.json.Decoder(s.RpcResponse[v.SendResultV03])
-_rpc_task03 = msgspec.json.Decoder(s.RpcResponse[v.TaskV03])
-_rpc_stream03 = msgspec.json.Decoder(s.RpcResponse[v.StreamResultV03])
-_send = msgspec.json.Decoder(s.SendMessageResponse)
-_task = msgspec.json.Decoder(s.Task)
-_stream = msgspec.json.Decoder(s.StreamResponse)
-_rest_send03 = msgspec.json.Decoder(v.RestSendMessageResponseV03)
-_rest_task03 = msgspec.json.Decoder(v.RestTaskV03)
-_rest_stream03 = msgspec.json.Decoder(v.RestStreamResponseV03)
-_rest_error = msgspec.json.Decoder(s.RestError)
-_rpc_error_only = msgspec.json.Decoder(s.RpcResponse[Any])
+_rpc_send = safejson.Decoder(s.RpcResponse[s.SendMessageResponse])
+_rpc_task = safejson.Decoder(s.RpcResponse[s.Task])
+_rpc_stream = safejson.Decoder(s.RpcResponse[s.StreamResponse])
+_rpc_send03 = safejson.Decoder(s.RpcResponse[v.SendResultV03])
+_rpc_task03 = safejson.Decoder(s.RpcResponse[v.TaskV03])
+_rpc_stream03 = safejson.Decoder(s.RpcResponse[v.StreamResultV03])
+_send = safejson.Decoder(s.SendMessageResponse)
+_task = safejson.Decoder(s.Task)
+_stream = safejson.Decoder(s.StreamResponse)
+_rest_send03 = safejson.Decoder(v.RestSendMessageResponseV03)
+_rest_task03 = safejson.Decoder(v.RestTaskV03)
+_rest_stream03 = safejson.Decoder(v.RestStreamResponseV03)
+_rest_error = safejson.Decoder(s.RestError)
+_rpc_error_only = safejson.Decoder(s.RpcResponse[Any])
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, what: str) -> Any:
+def _decode(decoder: safejson.Decoder[Any], body: bytes, what: str) -> Any:
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
@@ -284,7 +285,7 @@ class Wire:
         return A2AError(code, err.message or err.status or f"HTTP {status}", reason=reason, status=status, data=err.details)
 
     @staticmethod
-    def _rpc(decoder: msgspec.json.Decoder[Any], body: bytes, what: str) -> Any:
+    def _rpc(decoder: safejson.Decoder[Any], body: bytes, what: str) -> Any:
         env = _decode(decoder, body, what)
         if env.error is not None:
             raise _rpc_error(env.error)

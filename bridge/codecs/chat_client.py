@@ -29,6 +29,8 @@ from urllib.parse import urlparse
 
 import msgspec
 
+from bridge.codecs import safejson
+from bridge.codecs.numbers import small_int
 from bridge.codecs.chat_reader import ChatReader, askuser_answer
 from bridge.core import events as ev
 from bridge.core.content import (
@@ -77,7 +79,7 @@ class _Peek(msgspec.Struct, gc=False):
     data: _PeekData | None = None
 
 
-_peek = msgspec.json.Decoder(_Peek)
+_peek = safejson.Decoder(_Peek)
 
 
 def chat_frame(event: str, data: bytes) -> bytes:
@@ -177,7 +179,10 @@ def _data_url(mime: str, data: str) -> str:
 def _name(uri: str) -> str:
     if uri.startswith("attachment:"):
         return uri[len("attachment:") :]
-    return posixpath.basename(urlparse(uri).path) or uri
+    try:
+        return posixpath.basename(urlparse(uri).path) or uri
+    except ValueError:  # a peer's URI urlparse refuses ("http://[::1")
+        return uri
 
 
 def _is_json(b: TextContent) -> bool:
@@ -256,7 +261,7 @@ def subscribed_sequence(data: bytes | None) -> tuple[bool, int | None, str | Non
     if not data:
         return True, None, None
     try:
-        value = msgspec.json.decode(data)
+        value = safejson.decode(data)
     except msgspec.DecodeError:
         return True, None, None
     if value is False:
@@ -296,8 +301,9 @@ def answer_from_text(q: ev.Question, text: str) -> ev.QuestionAnswered:
         picked: list[str] = []
         for word in [w.strip() for w in reply.split(",")] if q.multi_select else [reply]:
             match = None
-            if word.isdigit() and 1 <= int(word) <= len(q.options):
-                match = q.options[int(word) - 1].id
+            n = small_int(word)
+            if n is not None and 1 <= n <= len(q.options):
+                match = q.options[n - 1].id
             else:
                 match = next((o.id for o in q.options if o.label.casefold() == word.casefold()), None)
             if match is None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
@@ -194,7 +195,7 @@ def ask_arguments(q: Question) -> str:
 def _coerce(text: str, spec: dict[str, Any]) -> Any:
     if spec.get("type") in ("integer", "number", "boolean", "object", "array"):
         try:
-            return msgspec.json.decode(text)
+            return safejson.decode(text)
         except msgspec.DecodeError:
             return text  # left for the form's own validation to reject
     return text
@@ -269,7 +270,7 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
     free text allowed (`custom`); several become a `form` with one field per question.
     """
     try:
-        parsed = msgspec.json.decode(arguments or "{}")
+        parsed = safejson.decode(arguments or "{}")
     except msgspec.DecodeError:
         parsed = {}
     questions = [
@@ -327,7 +328,7 @@ def _parse_output(text: str) -> Any:
     for c in candidates:
         if c:
             try:
-                return msgspec.json.decode(c)
+                return safejson.decode(c)
             except msgspec.DecodeError:
                 continue
     raise ValueError("no JSON value found in the output")

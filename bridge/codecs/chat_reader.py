@@ -27,6 +27,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Raw
 
+from bridge.codecs import safejson
 from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, question_from_ask
 from bridge.core import events as ev
 from bridge.core.content import ImageContent, TextContent
@@ -77,9 +78,9 @@ class _ErrorIn(_In):
     detail: Any = None
 
 
-_frame = msgspec.json.Decoder(_FrameIn)
-_decoders: dict[type, msgspec.json.Decoder[Any]] = {
-    t: msgspec.json.Decoder(t)
+_frame = safejson.Decoder(_FrameIn)
+_decoders: dict[type, safejson.Decoder[Any]] = {
+    t: safejson.Decoder(t)
     for t in (_TurnIn, _PatchIn, _ChatEndIn, _ErrorIn, _In, AddContent, AddToolCall, ToolResult, SetToolStatus)
 }
 _enc = msgspec.json.Encoder()
@@ -116,7 +117,7 @@ def _decode(raw: Raw, typ: type) -> Any:
 
 def _json_or_text(text: str) -> Any:
     try:
-        return msgspec.json.decode(text) if text else None
+        return safejson.decode(text) if text else None
     except msgspec.DecodeError:
         return text
 

@@ -35,6 +35,8 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
+from bridge.codecs import safejson
+
 __all__ = [
     "AckReceived",
     "ClientState",
@@ -161,9 +163,9 @@ class _Handshake(msgspec.Struct, gc=False):
     upgrades: list[str] = []
 
 
-_handshake = msgspec.json.Decoder(_Handshake)
-_args = msgspec.json.Decoder(list[Raw])
-_any = msgspec.json.Decoder()
+_handshake = safejson.Decoder(_Handshake)
+_args = safejson.Decoder(list[Raw])
+_any = safejson.Decoder()
 
 
 def _show(text: str) -> str:
@@ -277,7 +279,7 @@ class SocketIOClient:
         )
 
     def _socketio(self, p: str) -> list[Any]:
-        if not p or not p[0].isdigit():
+        if not p or p[0] not in "0123456789":
             raise SocketIOError(f"not a Socket.IO packet: {_show('4' + p)}")
         kind, rest = int(p[0]), p[1:]
         if kind in (5, 6):
@@ -293,7 +295,7 @@ class SocketIOClient:
         if namespace != self.namespace:
             return []  # another namespace: not ours
         digits = 0
-        while digits < len(rest) and rest[digits].isdigit():
+        while digits < len(rest) and rest[digits] in "0123456789":  # not str.isdigit: "²" is one
             digits += 1
         if digits > 15:
             raise SocketIOError("a Socket.IO ack id longer than 15 digits")
@@ -326,7 +328,7 @@ class SocketIOClient:
         if not args:
             raise SocketIOError("an EVENT without a name")
         try:
-            name = msgspec.json.decode(args[0], type=str)
+            name = safejson.decode(args[0], type=str)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise SocketIOError(f"an EVENT whose name is not a string: {exc}") from exc
         return [EventReceived(name=name, args=args[1:], ack_id=ack_id)]

@@ -16,6 +16,8 @@ Used by the A2A back for both A2A bindings (protocols.md §2.3: JSON-RPC wraps e
 
 from __future__ import annotations
 
+from bridge.codecs.numbers import small_int
+
 __all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent"]
 
 
@@ -134,6 +136,7 @@ class SSEDecoder:
             if b"\x00" not in value:
                 self.last_event_id = self._id = value.decode("utf-8", "replace")
         elif field == b"retry":
-            if value.isdigit():
-                self._retry = int(value)
+            retry = small_int(value)  # ASCII digits only (WHATWG HTML §9.2.6); 18 at most
+            if retry is not None:
+                self._retry = retry
         # Any other field is ignored (spec).
