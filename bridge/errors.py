@@ -16,6 +16,7 @@
     │   ├── BackUnavailable  it could not be reached or started
     │   ├── BackAuthRequired the agent wants the user to authorize first (A2A AUTH_REQUIRED)
     │   └── PromptError      a slash command could not be expanded (its MCP source is down or refused)
+    ├── Overloaded           a configured cap is reached (live sessions): WARNING, refuse, keep serving
     ├── ConfigError          the configuration is invalid: exit 78 (EX_CONFIG)
     └── InternalError        our bug: log ERROR with the traceback
 
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidRequest",
     "MethodNotFound",
     "NotFound",
+    "Overloaded",
     "PromptError",
     "ParseError",
     "PeerError",
@@ -123,6 +125,12 @@ class PromptError(BackError):
     this message before the back sees anything (bridge/prompts)."""
 
 
+class Overloaded(BridgeError):
+    """The bridge has no room for what was asked (`[daemon] max_live_sessions`, a route's
+    `max_live_sessions`, none of its sessions idle): neither the client's fault nor the
+    back's; the client may try again later."""
+
+
 class ConfigError(BridgeError):
     """Carries every problem found, each as `$.path: message`."""
 
@@ -161,6 +169,10 @@ CODES: dict[type[BridgeError], Codes] = {
     BackAuthRequired: Codes(-32000, -32600, 401, 4401),
     PromptError: Codes(-32603, -32603, 502, 1011),
     BackError: Codes(-32603, -32006, 502, 1011),
+    # No room: HTTP 503 (RFC 9110 §15.6.4), WebSocket 1013 "Try Again Later" (IANA close
+    # code registry), JSON-RPC -32005 "limit exceeded" from the implementation-defined
+    # -32000..-32099 range (-32000 is ACP's auth_required), A2A has no such code: internal.
+    Overloaded: Codes(-32005, -32603, 503, 1013),
     ConfigError: Codes(-32603, -32603, 500, 1011),
     InternalError: Codes(-32603, -32603, 500, 1011),
     PeerError: Codes(-32600, -32600, 400, 1008),

@@ -15,7 +15,16 @@ process anyway). Fronts never talk to backs, only to sessions:
   before `Turn.wait()` returns, so a finished turn is durable before any client hears
   that it finished.
 - A session nobody uses for `[daemon] idle_session_close_s` is closed (its back too);
-  `SessionManager.get` brings it back from the store.
+  `SessionManager.get` brings it back from the store. Live sessions are capped
+  (`[daemon] max_live_sessions`, a route's `max_live_sessions`): when full, the
+  longest-idle one is closed to make room; with none idle, `Overloaded`.
+
+Fault isolation (STYLE.md rule 17): every delivery to a subscriber runs inside a
+boundary; a subscriber that raises is unsubscribed (its `broken()` called, if it has
+one) and logged as our bug, and the others and the turn go on. Every back call is
+one too: whatever a back raises fails that turn (`TurnEnded` failed), cancels and
+closes that fail are logged, and nothing a session does can end the manager. A turn
+whose back sends nothing for the route's `turn_idle_timeout_s` fails.
 
 For the daemon (reload, shutdown, metrics): `stop_accepting()` refuses new sessions
 and turns from then on (`accepting` off, the `stopping` event set); `drain(grace_s)`
@@ -66,7 +75,7 @@ from bridge.core.events import (
     encode_events,
 )
 from bridge.core.turn import TurnInput, TurnMachine, TurnState
-from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
+from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound, Overloaded
 from bridge.logs import set_log_ids
 from bridge.prompts.registry import Invocation, PromptRegistry
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
@@ -82,6 +91,9 @@ _MAX_PENDING_EVENTS = 65536
 
 
 class Subscriber(Protocol):
+    """Also, optionally, `broken() -> None`: called once if its `deliver` raised (it has
+    then been unsubscribed), so it can tell its client and let go."""
+
     def deliver(self, event: Event) -> None:
         """Called for every event, in order; must not block."""
 
@@ -139,6 +151,11 @@ class Turn:
         self.first_seq = 0  # the seq of its TurnStarted event
         self.first_event_at: float | None = None  # the back's first event (a metric)
         self.invocation: Invocation | None = None  # a `/prompt args` to expand before the back runs
+        # The idle deadline (`_watch_idle`): events counted, not timed, so the per-event
+        # cost is one increment (moving a live CancelScope's deadline costs ~2 us).
+        self.events = 0
+        self.asking = 0  # questions waiting for a user: that time is not idle
+        self.idled = False  # cut off by the idle deadline
 
     # -- TurnHandle -------------------------------------------------------------
     @property
@@ -149,6 +166,7 @@ class Turn:
         await self._cancel.wait()
 
     def emit(self, event: Event) -> None:
+        self.events += 1
         if self.first_event_at is None:
             self.first_event_at = time.monotonic()
         if type(event) is CommandsAvailable:
@@ -168,8 +186,13 @@ class Turn:
         slot: tuple[Question, trio.Event, list[QuestionAnswered]] = (question, trio.Event(), [])
         self._answers[question.id] = slot
         self.emit(QuestionAsked(question=question, parent_tool_call_id=parent_tool_call_id))
-        with trio.move_on_after(self.session.route.question_timeout_s):
-            await slot[1].wait()
+        self.asking += 1
+        try:
+            with trio.move_on_after(self.session.route.question_timeout_s):
+                await slot[1].wait()
+        finally:
+            self.asking -= 1
+            self.events += 1  # the idle time starts again from the answer
         if not slot[2]:
             # No answer in time means reject, never allow (DESIGN.md, complaint 9).
             self._resolve(question.id, _rejection(question, by="timeout"))
@@ -235,6 +258,7 @@ class Session:
         self.turn: Turn | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = trio.Event()
+        self._gone = trio.Event()  # run() has ended: its back closed, its events stored
         # Set by the ACP front while an editor is attached (its files and terminals).
         self.client_services: ClientServices | None = None
         self.back_options: list[ConfigOption] = []  # what the back's agent offers
@@ -254,14 +278,43 @@ class Session:
                     await self._closed.wait()
                     if nursery.child_tasks:
                         nursery.cancel_scope.cancel()
+            except Exception:
+                # The session's boundary (STYLE.md rule 17): a task of its back or of a
+                # turn raised (our bug). This session ends; the manager and the others go on.
+                log.exception("session %s failed; closed", self.id, extra={"route": self.record.route})
             finally:
+                self._closed.set()
                 unlisten()
         finally:
             with trio.move_on_after(5, shield=True):
-                if self._back_session is not None:
-                    await self._back_session.aclose()
+                await self._end_cut_turn()
+                await self._close_back()
                 await self.flush()
             self.manager._forget(self)
+            self._gone.set()
+
+    async def _end_cut_turn(self) -> None:
+        """A turn still running when the session stops (cut off, or the session failed)
+        ends here, so its clients hear it and the store has its end."""
+        turn = self.turn
+        if turn is None or not turn.machine.active or turn._done.is_set():
+            return
+        if turn.cancel_requested or self.manager._aborted:
+            await self._end_turn(turn, StopReason.CANCELLED, None)
+        else:
+            error = TurnError(message="the session closed while the turn was running", kind="InternalError")
+            await self._end_turn(turn, StopReason.FAILED, error)
+
+    async def _close_back(self) -> None:
+        back = self._back_session
+        if back is None:
+            return
+        try:
+            await back.aclose()
+        except BackError as exc:
+            log.warning("session %s: back did not close cleanly: %s", self.id, exc.message)
+        except Exception:  # a back is our code: our bug, and only this session's
+            log.exception("session %s: back raised while closing", self.id)
 
     async def close(self) -> None:
         """Cancel any running turn (bounded), then free the back and the session."""
@@ -319,12 +372,34 @@ class Session:
             self.manager._dirty(self)
         self._pending.append(event)
         for sub in self._subscribers:
-            sub.deliver(event)
+            # One subscriber's boundary (STYLE.md rule 17): free when nothing raises.
+            try:
+                sub.deliver(event)
+            except Exception:
+                self._subscriber_failed(sub, event.seq)
+
+    def _subscriber_failed(self, sub: Subscriber, seq: int | None) -> None:
+        """`sub` raised: our bug in a front. Unsubscribe it and tell it; nobody else notices."""
+        at = f" at event {seq}" if seq is not None else ""
+        log.exception("session %s: a %s subscriber failed%s; unsubscribed", self.id, _protocol_of(sub), at)
+        if sub in self._subscribers:
+            i = self._subscribers.index(sub)  # copy on write, as in `subscribe`
+            self._subscribers = self._subscribers[:i] + self._subscribers[i + 1 :]
+            self._protocols = self._protocols[:i] + self._protocols[i + 1 :]
+        broken = getattr(sub, "broken", None)
+        if callable(broken):
+            try:
+                broken()
+            except Exception:
+                log.exception("session %s: a failed subscriber could not be told", self.id)
 
     async def _flow(self) -> None:
         for sub in self._subscribers:
-            if sub.congested():
-                await sub.wait_uncongested()
+            try:
+                if sub.congested():
+                    await sub.wait_uncongested()
+            except Exception:
+                self._subscriber_failed(sub, None)
         pending = len(self._pending)
         if pending >= _MAX_PENDING_EVENTS:
             await self.flush()
@@ -429,19 +504,20 @@ class Session:
         log.info("turn started")
         stop, error = StopReason.END_TURN, None
         limit = self.route.turn_timeout_s
-        # Cancelled by its deadline, or cut off after a cancel request (`_enforce_cancel`).
+        idle_s = self.route.turn_idle_timeout_s
+        # Cancelled by its deadline, by the idle deadline (`_watch_idle`), or cut off
+        # after a cancel request (`_enforce_cancel`).
         with trio.CancelScope(deadline=trio.current_time() + limit if limit else math.inf) as scope:
             turn.scope = scope
-            try:
-                if turn.invocation is not None:
-                    # The back gets the prompt's messages; the log keeps what the user typed.
-                    turn.prompt = await self.manager.prompts.expand(turn.invocation)
-                back = await self._ensure_back()
-                stop = await back.prompt(turn)
-            except BackError as exc:
-                log.warning("session %s turn %s: back failed: %s", self.id, turn.turn_id, exc.message)
-                stop, error = StopReason.FAILED, TurnError(message=exc.message, kind=type(exc).__name__)
-        if scope.cancelled_caught and not turn.cancel_requested:
+            async with trio.open_nursery() as watch:
+                if idle_s:
+                    watch.start_soon(self._watch_idle, turn, idle_s)
+                stop, error = await self._call_back(turn)
+                watch.cancel_scope.cancel()
+        if turn.idled and not turn.cancel_requested:
+            stop = StopReason.FAILED
+            error = TurnError(message=f"the agent sent nothing for {idle_s:g} s (turn_idle_timeout_s)", kind="timeout")
+        elif scope.cancelled_caught and not turn.cancel_requested:
             stop = StopReason.FAILED
             error = TurnError(message=f"turn exceeded the route's turn_timeout_s ({limit:g} s)", kind="timeout")
         if error is not None and self.manager.observer is not None:
@@ -450,6 +526,43 @@ class Session:
             # ACP §cancellation: once cancelled, the answer is `cancelled`, never an error.
             stop, error = StopReason.CANCELLED, None
         await self._end_turn(turn, stop, error)
+
+    async def _call_back(self, turn: Turn) -> tuple[StopReason, TurnError | None]:
+        """The back runs the turn inside its boundary (STYLE.md rule 17): whatever it
+        raises becomes this turn's failure and a log line, never the session's end."""
+        try:
+            if turn.invocation is not None:
+                # The back gets the prompt's messages; the log keeps what the user typed.
+                turn.prompt = await self.manager.prompts.expand(turn.invocation)
+            back = await self._ensure_back()
+            return await back.prompt(turn), None
+        except BackError as exc:
+            log.warning("session %s turn %s: back failed: %s", self.id, turn.turn_id, exc.message)
+            return StopReason.FAILED, TurnError(message=exc.message, kind=type(exc).__name__)
+        except Exception as exc:  # a back is our code: our bug, and only this turn's
+            log.exception("session %s turn %s: the back raised", self.id, turn.turn_id)
+            message = f"internal error in the bridge's {self.record.route!r} back ({type(exc).__name__}); see its log"
+            return StopReason.FAILED, TurnError(message=message, kind="InternalError")
+
+    async def _watch_idle(self, turn: Turn, idle_s: float) -> None:
+        """Cut the turn off once its back has sent nothing for `idle_s` (a question
+        waiting for its user does not count). Checked every quarter of it, so the turn
+        fails between `idle_s` and 1.25 x `idle_s` after the back's last event, and an
+        event costs one increment instead of a deadline move (STYLE.md rule 15's idle
+        scope, made cheap for the per-event path)."""
+        step = idle_s / 4
+        seen, quiet_since = turn.events, trio.current_time()
+        while True:
+            await trio.sleep(step)
+            now = trio.current_time()
+            if turn.events != seen or turn.asking:
+                seen, quiet_since = turn.events, now
+            elif now - quiet_since >= idle_s - 1e-9:
+                log.warning("session %s turn %s: the back sent nothing for %g s; failed", self.id, turn.turn_id, idle_s)
+                turn.idled = True
+                assert turn.scope is not None
+                turn.scope.cancel()
+                return
 
     async def _end_turn(self, turn: Turn, stop: StopReason, error: TurnError | None) -> None:
         for qid in list(turn.machine.open_questions):
@@ -503,6 +616,8 @@ class Session:
             await back.cancel()
         except BackError as exc:
             log.warning("session %s: back could not cancel: %s", self.id, exc.message)
+        except Exception:  # our bug in a back; the turn is still cut off by `_enforce_cancel`
+            log.exception("session %s: back raised while cancelling", self.id)
 
     async def _enforce_cancel(self, turn: Turn) -> None:
         with trio.move_on_after(self.route.cancel_grace_s):
@@ -682,6 +797,7 @@ class SessionManager:
         if not self.accepting:
             raise BackUnavailable(self.refusal)
         back = self.back_for(route_name)
+        await self._make_room(route_name)  # before its record is stored: a refusal leaves nothing
         now = time.time()
         route = self.config.routes[route_name]
         record = SessionRecord(
@@ -718,10 +834,40 @@ class SessionManager:
 
     async def _start(self, record: SessionRecord, back: Back) -> Session:
         assert self._nursery is not None, "SessionManager.run() is not running"
+        await self._make_room(record.route)
+        live = self._live.get(record.session_id)  # started by another task while we made room
+        if live is not None:
+            return live
         session = Session(self, record, self.config.routes[record.route], back)
         self._live[record.session_id] = session
         await self._nursery.start(session.run)
         return session
+
+    async def _make_room(self, route_name: str) -> None:
+        """Under the live-session caps (`[daemon] max_live_sessions`, the route's
+        `max_live_sessions`), closing the longest-idle session of the full pool (it stays
+        in the store; `get` brings it back); `Overloaded` when none of them is idle."""
+        while True:
+            total = self.config.daemon.max_live_sessions
+            per_route = self.config.routes[route_name].max_live_sessions if route_name in self.config.routes else None
+            pool: list[Session] | None = None
+            if len(self._live) >= total:
+                pool, what = list(self._live.values()), f"[daemon] max_live_sessions ({total})"
+            elif per_route is not None:
+                mine = [s for s in self._live.values() if s.record.route == route_name]
+                if len(mine) >= per_route:
+                    pool, what = mine, f"route {route_name!r} max_live_sessions ({per_route})"
+            if pool is None:
+                return
+            now = trio.current_time()
+            idle = [(d, s) for s in pool if (d := s.idle_for(now)) is not None and not any(k(s) for k in self.keep_alive)]
+            if not idle:
+                log.warning("new session refused: %s reached, none idle", what)
+                raise Overloaded(f"too many live sessions: {what} reached and none is idle; try again later")
+            _, victim = max(idle, key=lambda pair: pair[0])
+            log.info("live-session cap reached: the longest-idle session closed", extra={"route": victim.record.route, "session": victim.id})
+            await victim.close()
+            await victim._gone.wait()  # its events stored before another copy could load it
 
     def _forget(self, session: Session) -> None:
         if self._live.get(session.id) is session:

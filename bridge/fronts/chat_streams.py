@@ -126,7 +126,7 @@ class _Stream:
         if type(event) is CommandsAvailable:  # state, outside the run log: no sequence
             text = commands_frame(self.session.id, event.commands).decode()
             for watcher in list(self.watchers):
-                watcher.push([(0, text)])
+                self._push(watcher, [(0, text)])
             return
         try:
             frames = self.projector.feed(event)
@@ -160,12 +160,25 @@ class _Stream:
         if self.dead:
             return
         for watcher in list(self.watchers):
-            watcher.push(texts)
+            self._push(watcher, texts)
         for watcher, held in list(self.holding.items()):
             held.extend(texts)
             if len(held) > self.hold_max:
                 del self.holding[watcher]
                 watcher.overflowed()
+
+    def _push(self, watcher: Watcher, texts: list[TextFrame]) -> None:
+        # One watcher's boundary (STYLE.md rule 17): a socket that fails is dropped, the
+        # other watchers of the session and its run go on.
+        try:
+            watcher.push(texts)
+        except Exception:
+            log.exception("session %s: a chat watcher failed; dropped", self.session.id)
+            self.watchers.pop(watcher, None)
+            try:
+                watcher.session_gone(self.session.id, "internal error in the chat stream: subscribe again")
+            except Exception:
+                log.exception("session %s: a failed chat watcher could not be told", self.session.id)
 
     def congested(self) -> bool:
         return False  # never pause the session for a chat client (see Watcher.push)

@@ -53,6 +53,7 @@ from bridge.errors import (
     InvalidRequest,
     MethodNotFound,
     NotFound,
+    Overloaded,
     ParseError,
     PeerError,
     codes_for,
@@ -90,6 +91,7 @@ _CODES = {
     Forbidden: "forbidden",
     NotFound: "not_found",
     Busy: "busy",
+    Overloaded: "overloaded",
 }
 
 
@@ -151,7 +153,14 @@ class WsFront:
             else:
                 await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
             return
-        await _Connection(self, receive, send, authed=authed).run()
+        conn = _Connection(self, receive, send, authed=authed)
+        try:
+            await conn.run()
+        except Exception:
+            # The connection's boundary (STYLE.md rule 17): our bug ends this socket
+            # (close 1011, RFC 6455 §7.4.1), never the listener, a session or another client.
+            log.exception("WebSocket connection failed; closed")
+            await conn.abort(1011, "internal error")
 
 
 async def _deny(send: Any, status: int, detail: str) -> None:
@@ -209,18 +218,36 @@ class _Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self.front.connections.add(self)
-                if self.front.closing:  # accepted as the others were being closed
-                    self.close(CLOSE_GOING_AWAY, "the bridge is shutting down")
-                if self._authed is not None:
-                    nursery.start_soon(self._auth_deadline, self._authed)
-                await self._reader()
-                if self.close_code is None:
-                    nursery.cancel_scope.cancel()  # the client left: nothing more to write
-                # else the writer sends the close frame, then ends the connection
+                try:
+                    self.front.connections.add(self)
+                    if self.front.closing:  # accepted as the others were being closed
+                        self.close(CLOSE_GOING_AWAY, "the bridge is shutting down")
+                    if self._authed is not None:
+                        nursery.start_soon(self._auth_deadline, self._authed)
+                    await self._reader()
+                    if self.close_code is None:
+                        nursery.cancel_scope.cancel()  # the client left: nothing more to write
+                    # else the writer sends the close frame, then ends the connection
+                finally:
+                    # While the nursery is still open: once it closes (and before `async
+                    # with` returns) a session delivering to us must find no way to start
+                    # a writer in it (`_kick`), which would raise into that session's emit.
+                    self._leave_all()
+                    self._nursery = None
         finally:
             self.front.connections.discard(self)
             self._leave_all()
+
+    async def abort(self, code: int, reason: str) -> None:
+        """After a failure: the close frame if the socket still takes one (bounded)."""
+        self._leave_all()
+        if self.sender is None:
+            return
+        with trio.move_on_after(self.cfg.slow_client_timeout_s, shield=True):
+            try:
+                await self.sender.close(code, reason)
+            except Exception:  # the socket is already gone or broken: nothing more to say
+                log.debug("WebSocket close after a failure not sent", exc_info=True)
 
     def close(self, code: int, reason: str, *, flush: bool = False) -> None:
         """No more frames, then the close frame (the writer sends it).
@@ -250,12 +277,14 @@ class _Connection:
 
     # -- writing --------------------------------------------------------------------------
     def _kick(self) -> None:
+        # `_nursery` is None once the connection's nursery may be closing (see `run`).
         if not self._writing and self._nursery is not None:
             self._writing = True
             self._nursery.start_soon(self._writer)
 
     async def _writer(self) -> None:
-        assert self._nursery is not None and self.sender is not None
+        nursery = self._nursery  # `run` lets go of it as it closes; we end before that
+        assert nursery is not None and self.sender is not None
         try:
             while self.close_code is None:
                 if self._ping_due:
@@ -276,9 +305,9 @@ class _Connection:
                     if self._flush and len(self.outbox):
                         await self.sender.send_many(self.outbox.take())
                     await self.sender.close(self.close_code, self.close_reason)
-                self._nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
         except Gone:
-            self._nursery.cancel_scope.cancel()  # the client left under a write
+            nursery.cancel_scope.cancel()  # the client left under a write
         finally:
             self._writing = False
 
@@ -409,6 +438,11 @@ class _Connection:
                 self.close(4401, "unauthorized", flush=True)
         except BridgeError as exc:
             log.warning("chat %s failed: %s", session_id, exc.message)
+            self._error(exc, session_id)
+        except Exception as exc:
+            # One frame's boundary (STYLE.md rule 17): our bug costs this client an
+            # `internal_error` for that frame, and the connection goes on.
+            log.exception("chat frame failed (session %s)", session_id)
             self._error(exc, session_id)
 
     # -- events -----------------------------------------------------------------------------
