@@ -27,11 +27,20 @@ def freshness(headers: Mapping[str, str], default_ttl_s: float) -> float | None:
         return None
     if "no-cache" in directives:
         return 0.0
-    max_age = directives.get("max-age")
-    if max_age is None or not max_age.strip().isdigit():
+    max_age = _delta_seconds(directives.get("max-age"))
+    if max_age is None:
         return default_ttl_s
-    age = headers.get("age", "0").strip()
-    return max(0.0, float(max_age) - (float(age) if age.isdigit() else 0.0))
+    age = _delta_seconds(headers.get("age")) or 0
+    return max(0.0, float(max_age - age))
+
+
+def _delta_seconds(text: str | None) -> int | None:
+    """RFC 9111 §1.2.2: ASCII digits, anything above 2**31 read as 2**31. Not
+    str.isdigit(), which lets "²" through to int(), which refuses it."""
+    text = (text or "").strip()
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    return 2**31 if len(text) > 10 else min(int(text), 2**31)
 
 
 class CardCache:

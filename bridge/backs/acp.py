@@ -43,6 +43,7 @@ from bridge.backs.acp_setup import (
     setup_decoder,
 )
 from bridge.backs.base import AgentInfo, SessionContext, TurnHandle
+from bridge.codecs import safejson
 from bridge.codecs.acp import to_turn
 from bridge.codecs.jsonrpc import decode_params
 from bridge.config import AcpBack as AcpBackConfig
@@ -56,7 +57,7 @@ __all__ = ["AcpBack", "AcpSession"]
 log = logging.getLogger("bridge.backs.acp")
 
 _STREAMED = frozenset((acp.AgentMessageChunk, acp.AgentThoughtChunk, acp.ToolCallUpdate, acp.Plan))
-_dict_decoder = msgspec.json.Decoder(dict[str, Any])
+_dict_decoder = safejson.Decoder(dict[str, Any])
 
 
 class AcpBack:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.backs.acp_setup import CANCELLED, pick, selected
 from bridge.core import events as ev
 from bridge.errors import MethodNotFound
@@ -32,7 +33,7 @@ log = logging.getLogger("bridge.backs.acp")
 
 _READ_KINDS = frozenset(("read", "search", "fetch"))
 _ASK_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
-_dict_decoder = msgspec.json.Decoder(dict[str, Any])
+_dict_decoder = safejson.Decoder(dict[str, Any])
 
 
 async def answer_permission(session: AcpSession, p: acp.RequestPermissionParams) -> acp.RequestPermissionResult:

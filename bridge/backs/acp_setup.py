@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.config import AcpBack, AcpMcpServer, EnvFrom
 from bridge.core import events as ev
 from bridge.errors import BackUnavailable
@@ -56,8 +57,8 @@ class SetupResult(msgspec.Struct, rename="camel"):
     config_options: list[dict[str, Any]] | None = None
 
 
-setup_decoder = msgspec.json.Decoder(SetupResult | None)
-prompt_decoder = msgspec.json.Decoder(PromptResult | None)
+setup_decoder = safejson.Decoder(SetupResult | None)
+prompt_decoder = safejson.Decoder(PromptResult | None)
 
 
 def resolve(value: str | EnvFrom, where: str) -> str:

@@ -31,6 +31,8 @@ import trio
 from bridge import __version__
 from bridge.backs.base import AgentInfo, SessionContext
 from bridge.backs.secrets import Secret, read_token
+from bridge.codecs import safejson
+from bridge.codecs.numbers import small_int
 from bridge.errors import BackError, BackUnavailable
 
 if TYPE_CHECKING:
@@ -75,8 +77,8 @@ class _Detail(msgspec.Struct, gc=False):
     message: Any = None
 
 
-_created = msgspec.json.Decoder(_Created)
-_detail = msgspec.json.Decoder(_Detail)
+_created = safejson.Decoder(_Created)
+_detail = safejson.Decoder(_Detail)
 
 
 class ChatBack:
@@ -193,7 +195,7 @@ class ChatBack:
         if resp.status_code >= 300:
             raise self._http_error("GET /api/sessions/{id}/messages", resp)
         raw = resp.headers.get("x-chat-sequence", "")
-        return True, int(raw) if raw.isdigit() else None
+        return True, small_int(raw)  # a header: "²".isdigit() too, and int() refuses it
 
     # -- the Back protocol ---------------------------------------------------------------------
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> Any:

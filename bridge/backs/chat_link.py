@@ -39,7 +39,7 @@ from trio_websocket import (
 
 from bridge.backs.chat import where
 from bridge.backs.secrets import Secret
-from bridge.codecs import chat_client, socketio
+from bridge.codecs import chat_client, safejson, socketio
 from bridge.errors import BackError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class _Event(msgspec.Struct, gc=False):
     event: str = ""
 
 
-_event = msgspec.json.Decoder(_Event)
+_event = safejson.Decoder(_Event)
 
 
 def _closed(exc: ConnectionClosed) -> str:
@@ -318,7 +318,7 @@ class _DataOf(msgspec.Struct, gc=False):
     data: msgspec.Raw = msgspec.Raw(b"null")
 
 
-_data_of_frame = msgspec.json.Decoder(_DataOf)
+_data_of_frame = safejson.Decoder(_DataOf)
 
 
 def _data_of(frame: bytes) -> bytes | None:
@@ -332,7 +332,7 @@ def _detail(body: bytes | None) -> str:
     if not body:
         return ""
     try:
-        value = msgspec.json.decode(body)
+        value = safejson.decode(body)
     except msgspec.DecodeError:
         return ""
     detail = value.get("detail") if isinstance(value, dict) else None

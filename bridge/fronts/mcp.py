@@ -32,6 +32,7 @@ from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
 
 from bridge import __version__
+from bridge.codecs.numbers import small_int
 from bridge.config import Config
 from bridge.errors import PromptError
 from bridge.fronts import mcp_tools
@@ -235,9 +236,10 @@ class McpFront:
 def _offset(cursor: str | None, total: int) -> int:
     if cursor is None:
         return 0
-    if not cursor.isdigit() or int(cursor) > total:
+    offset = small_int(cursor)  # not str.isdigit(): "²" passes it and int() refuses it
+    if offset is None or offset > total:
         raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}")
-    return int(cursor)
+    return offset
 
 
 def _mapped(exc: PromptError) -> MCPError:
