@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from bridge.backs import make_back
+from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
@@ -37,6 +38,7 @@ def default_state_dir() -> str:
 @contextlib.asynccontextmanager
 async def open_runtime(config: Config, state_dir: str | None) -> AsyncIterator[SessionManager]:
     """A running SessionManager over an open store; closes both on exit."""
+    safejson.configure(max_depth=config.server.max_json_depth)  # every decoder of this process
     store: Store = open_store(state_dir)
     await store.open()
     try:
