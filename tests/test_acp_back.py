@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 import trio
-from acp_back_support import PY_AGENT, live_pids, marker, pid_alive, wait_gone
+from acp_back_support import PEERS, PY_AGENT, live_pids, marker, pid_alive, wait_gone
 
 from bridge.backs import make_back
 from bridge.config import parse_config
@@ -31,6 +32,7 @@ from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
 
 CEILING_S = 60
+OVERSIZED_AGENT = [sys.executable, str(PEERS / "acp_agent_oversized.py")]
 
 
 class Recorder:
@@ -134,16 +136,64 @@ async def test_misbehaving_agent_fails_its_turn_clearly_and_others_go_on(tmp_pat
         await wait_gone(tag)
 
 
-async def test_a_frame_over_max_frame_bytes_is_dropped_and_the_turn_goes_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def oversized_route(tag: str, **back: Any) -> dict[str, Any]:
+    return {"back": {"kind": "acp", "command": [*OVERSIZED_AGENT, "--tag", tag], "max_frame_bytes": 4096, **back}}
+
+
+async def pid_of(s: Session, rec: Recorder) -> int:
+    assert (await turn(s, "pid")).stop_reason is ev.StopReason.END_TURN
+    return int(rec.text().rsplit("pid=", 1)[1])
+
+
+async def test_a_line_over_max_frame_bytes_fails_what_it_belongs_to(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 13, finding 6: the turn fails with a clear error (it hung), the agent goes on."""
     tag = marker()
+    said = "route r: the agent sent a line over max_frame_bytes (4096 bytes)"
     with trio.fail_after(CEILING_S):
-        async with runtime({"r": route(tag, max_frame_bytes=4096)}) as m:
+        async with runtime({"r": oversized_route(tag)}) as m:
             s = await m.create("r", cwd=str(tmp_path))
             rec = Recorder(s)
-            ended = await turn(s, "text:1 big:10000 text:2")
-            assert ended.stop_reason is ev.StopReason.END_TURN
-            assert rec.text() == "c0 c0 c1 "
-            assert "over max_frame_bytes (4096)" in caplog.text
+            pid = await pid_of(s, rec)
+
+            ended = await turn(s, "text:1 bigreply:10000")  # the answer to session/prompt
+            assert ended.stop_reason is ev.StopReason.FAILED
+            assert ended.error is not None and ended.error.message == f"{said} as its answer to session/prompt"
+
+            ended = await turn(s, "text:1 big:10000 text:2")  # an update of the turn
+            assert ended.stop_reason is ev.StopReason.FAILED
+            assert ended.error is not None and ended.error.message == f"{said} during session/prompt"
+
+            ended = await turn(s, "bigline:10000 text:1")  # a line that cannot be told
+            assert ended.error is not None and ended.error.message == f"{said} during session/prompt"
+
+            # The agent's own request over the bound is answered -32600; its turn goes on.
+            assert (await turn(s, "bigask:10000 text:1")).stop_reason is ev.StopReason.END_TURN
+            assert "write-error=-32600" in rec.text()
+            assert await pid_of(s, rec) == pid  # none of this ended the agent
+            assert "over max_frame_bytes (4096 bytes)" in caplog.text
+        await wait_gone(tag)
+
+
+async def test_a_line_that_never_ends_fails_the_turn_and_restarts_the_agent(tmp_path: Path) -> None:
+    """Issue 13, finding 6: no newline, ever: bounded memory, the turn fails, the agent is ended."""
+    tag = marker()
+    with trio.fail_after(CEILING_S):
+        async with runtime({"r": oversized_route(tag)}) as m:
+            s = await m.create("r", cwd=str(tmp_path))
+            rec = Recorder(s)
+            pid = await pid_of(s, rec)
+            ended = await turn(s, "noline:1000000")
+            assert ended.stop_reason is ev.StopReason.FAILED
+            assert ended.error is not None
+            assert ended.error.message == "route r: the agent sent a line over max_frame_bytes (4096 bytes) during session/prompt"
+            await wait_gone(pids=[pid])  # ended as a crash is
+            assert await pid_of(s, rec) != pid  # and the next turn has a new one
+
+            # A line left unended below the kill bound: the stuck agent is not used again.
+            pid = await pid_of(s, rec)
+            assert (await turn(s, "noline:5000")).stop_reason is ev.StopReason.FAILED
+            assert await pid_of(s, rec) != pid
+            await wait_gone(pids=[pid])
         await wait_gone(tag)
 
 
@@ -454,3 +504,42 @@ async def test_daemon_stop_mid_turn_leaves_no_process(tmp_path: Path) -> None:
                 await rec.until("tick1")
             assert len(live_pids(tag)) == 3 and all(pid_alive(c) for c in children)
         await wait_gone(tag, children)
+
+
+# -- the head of an oversized line (sans-I/O) ----------------------------------------------------
+
+
+def test_an_oversized_line_keeps_only_its_head_and_is_seen_before_it_ends() -> None:
+    from bridge.codecs.ndjson import HEAD_BYTES, LineReader
+
+    r = LineReader(1024)
+    start = b'{"jsonrpc":"2.0","id":7,"result":"'
+    assert r.feed(start + b"x" * 5000) == [] and len(r._buf) == 0
+    big = r.overflowing
+    assert big is not None and big.size > 1024 and big.head.startswith(b'{"jsonrpc":"2.0","id":7,')
+    assert len(big.head) <= HEAD_BYTES
+    r.feed(b"x" * 100_000)
+    assert r.overflowing is not None and len(r._buf) == 0  # nothing kept while it runs on
+    (done, ok) = r.feed(b'"}\n{"id":1}\n')
+    assert r.overflowing is None and ok == b'{"id":1}'
+    assert done.size == len(start) + 105_002 and done.head == big.head  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("head", "seen"),
+    [
+        (b'{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn","_meta":{"pad":"xxx', {"id": 3}),
+        (b'{"result":{"id":9,"a":[1,{"id":4}]},"id":7,"x":"', {"id": 7}),
+        (b'{"method":"session/update","params":{"sessionId":"s1","update":{"id":5,"t":"xx', {"method": "session/update", "sessionId": "s1"}),
+        (b'{"params":[{"sessionId":"q"},"z"],"id":4,"more":"', {"id": 4}),
+        (b'{"id":12,"method":"fs/write_text_file","params":{"sessionId":"s","content":"xx', {"id": 12, "method": "fs/write_text_file", "sessionId": "s"}),
+        (b'{"id":123', {}),  # the last token may be cut short
+        (b'xxxxxxxx', {}),
+        (b'"' * 4000, {}),
+        (b'{"id":"\xff\xfe","x":"', {}),  # not UTF-8: nothing is taken from it
+    ],
+)
+def test_what_an_oversized_line_was_is_read_from_its_head(head: bytes, seen: dict[str, Any]) -> None:
+    from bridge.backs.acp_process import _sniff
+
+    assert _sniff(head) == seen

@@ -12,12 +12,21 @@ SessionUpdate decoder and handed to the session that owns its sessionId; that
 session's turn `flow()`s once per read, not per event), one writer (a bounded
 channel drained into one write), one stderr logger (each line logged with the
 bridge session ids it serves), and one task per request the agent sends us.
+
+A line over `max_frame_bytes` (DESIGN.md, complaint 7) is never buffered whole: as
+soon as it crosses the bound, what it belongs to fails with a clear error, judged from
+its first bytes: the request it answers, the agent's own request (answered -32600), the
+turn of the session it updates, or, when it cannot be told, every request in flight.
+A line still unended after another `max_frame_bytes` ends the agent as a crash does, and
+an agent whose output is stuck inside such a line is not used again (`alive`): the next
+turn starts a new one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -29,9 +38,10 @@ from bridge import __version__
 from bridge.backs.base import TurnHandle
 from bridge.backs.procgroup import describe_exit, kill_group
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
+from bridge.codecs import safejson
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import AcpBack
-from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, MethodNotFound, NotFound
+from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, FrameTooLarge, MethodNotFound, NotFound
 from bridge.schema import acp
 from bridge.schema.jsonrpc import Notification, Request, Response
 
@@ -96,13 +106,58 @@ _ref_decoder = msgspec.json.Decoder(_SessionRef)
 _dict_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
-class _Pending:
-    __slots__ = ("done", "reply", "on_settle")
+# JSON tokens, enough to walk the first bytes of a line too long to decode (`_sniff`).
+# A string always matches (its closing quote optional), so an unterminated one is not
+# rescanned from every later quote.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.?)*"?|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
+_SNIFFED = {(1, None, "id"): "id", (1, None, "method"): "method", (2, "params", "sessionId"): "sessionId"}
 
-    def __init__(self, on_settle: Callable[[], None] | None) -> None:
+
+def _sniff(head: bytes) -> dict[str, Any]:
+    """The JSON-RPC `id`, `method` and `params.sessionId` of a message, as far as its
+    first bytes show them (a line over max_frame_bytes is never decoded whole)."""
+    found: dict[str, Any] = {}
+    stack: list[tuple[bool, str | None]] = []  # (an object?, the key it sits under)
+    key: str | None = None
+    want_key = False
+    for m in _JSON_TOKEN.finditer(head):
+        if m.end() == len(head):
+            break  # the last token may be cut short
+        tok = m.group()
+        c = tok[:1]
+        if c in (b"{", b"["):
+            stack.append((c == b"{", key))
+            key, want_key = None, c == b"{"
+        elif c in (b"}", b"]"):
+            if not stack:
+                break
+            key, want_key = stack.pop()[1], False
+        elif c == b",":
+            want_key = bool(stack) and stack[-1][0]
+        elif c != b":":
+            try:
+                value = safejson.decode(tok)
+            except msgspec.DecodeError:
+                break
+            if want_key:
+                key, want_key = (value if isinstance(value, str) else None), False
+                continue
+            name = _SNIFFED.get((len(stack), stack[-1][1] if stack else None, key or ""))
+            if name is not None:
+                found.setdefault(name, value)
+    return found
+
+
+class _Pending:
+    __slots__ = ("done", "reply", "on_settle", "method", "sid", "error")
+
+    def __init__(self, on_settle: Callable[[], None] | None, method: str, sid: Any) -> None:
         self.done = trio.Event()
         self.reply: Reply | None = None
         self.on_settle = on_settle
+        self.method = method
+        self.sid = sid  # the agent session a session/prompt is for
+        self.error: BridgeError | None = None  # why it failed without a reply
 
 
 class AgentProcess:
@@ -143,11 +198,12 @@ class AgentProcess:
         self.returncode: int | None = None
         self._calls = 0
         self._garbage = 0
+        self._overflow = False  # inside an oversized line, already reported
 
     # -- life -------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
-        return self.dead is None
+        return self.dead is None and not self._overflow
 
     def label(self) -> str:
         ids = ",".join(h.session_id for h in self.sessions.values()) or self.owner
@@ -332,7 +388,8 @@ class AgentProcess:
         """
         self._next_id += 1
         rid = self._next_id
-        pending = self._pending[rid] = _Pending(on_settle)
+        sid = getattr(params, "session_id", None)
+        pending = self._pending[rid] = _Pending(on_settle, method, sid)
         try:
             self._put(Request(id=rid, method=method, params=params))
             if timeout is None:
@@ -344,6 +401,8 @@ class AgentProcess:
                     raise BackError(f"route {self.route}: the agent did not answer {method} within {timeout:g} s")
         finally:
             self._pending.pop(rid, None)
+        if pending.error is not None:
+            raise pending.error
         if pending.reply is None:
             raise BackUnavailable(f"route {self.route}: the agent {self.dead or 'stopped'} before it answered {method}")
         return pending.reply
@@ -404,6 +463,18 @@ class AgentProcess:
                 turn = self._frame(frame)
                 if turn is not None and turn not in touched:
                     touched.append(turn)
+            big = lines.overflowing
+            if big is not None:
+                if not self._overflow:
+                    self._overflow = True
+                    self._oversized(big)
+                if big.size > 2 * self.cfg.max_frame_bytes:
+                    # Twice the bound and still no newline: the agent's output cannot be
+                    # framed again; it is ended as a crash is, and restarted by the next turn.
+                    self._die(f"sent a line over max_frame_bytes ({self.cfg.max_frame_bytes} bytes) that did not end")
+                    log.warning("%s: the agent %s; ending it", self.label(), self.dead)
+                    assert self._scope is not None
+                    self._scope.cancel()
             for turn in touched:
                 await turn.flow()  # backpressure reaches the agent through its stdout pipe
             if not data:
@@ -420,8 +491,11 @@ class AgentProcess:
     def _frame(self, frame: bytes | Oversized) -> TurnHandle | None:
         """Any frame but a well-formed session/update: replies, requests, the odd ones."""
         if isinstance(frame, Oversized):
-            log.warning("%s: the agent wrote a frame of %d bytes, over max_frame_bytes (%d); dropped",
-                        self.label(), frame.size, self.cfg.max_frame_bytes)  # fmt: skip
+            if self._overflow:
+                self._overflow = False  # its end: reported as it crossed the bound
+                log.info("%s: the oversized line ended after %d bytes", self.label(), frame.size)
+            else:
+                self._oversized(frame)
             return None
         try:
             msg = parse(frame)
@@ -451,6 +525,34 @@ class AgentProcess:
             return None
         self._serve(msg)  # type: ignore[arg-type]
         return None
+
+    def _oversized(self, frame: Oversized) -> None:
+        """Fail what a line over max_frame_bytes belongs to, judged from its head."""
+        bound = self.cfg.max_frame_bytes
+        said = f"the agent sent a line over max_frame_bytes ({bound} bytes)"
+        log.warning("%s: %s: %d bytes so far; dropped", self.label(), said, frame.size)
+        seen = _sniff(frame.head)
+        rid, method, sid = seen.get("id"), seen.get("method"), seen.get("sessionId")
+        if isinstance(method, str):
+            if rid is not None:  # the agent's own request: answered, the turn goes on
+                self._answer_error(rid, FrameTooLarge(f"{method}: the request is over max_frame_bytes ({bound} bytes)"))
+                return
+            failed = [k for k, p in self._pending.items() if p.method == "session/prompt" and (sid is None or p.sid == sid)]
+        elif type(rid) is int:
+            failed = [rid] if rid in self._pending else []
+        else:
+            failed = list(self._pending)  # cannot tell what it was: everything in flight
+        for key in failed:
+            pending = self._pending.pop(key)
+            what = f"as its answer to {pending.method}" if key == rid else f"during {pending.method}"
+            pending.error = BackError(f"route {self.route}: {said} {what}")
+            if pending.method == "session/prompt" and key != rid and pending.sid is not None and self.dead is None:
+                # The agent is still at that turn: ask it to stop (ACP prompt turn, cancellation).
+                try:
+                    self.notify("session/cancel", acp.SessionIdParams(session_id=pending.sid))
+                except BackError as exc:
+                    log.warning("%s: cannot cancel the failed turn: %s", self.label(), exc.message)
+            pending.done.set()
 
     def _odd_line(self, frame: bytes, why: str) -> None:
         # Nothing but ACP may go to stdout (protocols.md §1.1); one stray line does not
