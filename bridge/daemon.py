@@ -94,8 +94,9 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
 def build_app(config: Config, manager: SessionManager, *, readiness: Any = None, metrics: Any = None) -> object:
     """The ASGI app of every HTTP front (`readiness`: /readyz, `metrics`: /metrics)."""
     from bridge.fronts.http import HttpApp, send_json
+    from bridge.fronts.http_policy import BrowserPolicy
 
-    app = HttpApp()
+    app = HttpApp(BrowserPolicy(config.server))  # Host, Origin, Content-Type for every front
 
     async def healthz(scope: object, receive: object, send: object, params: dict[str, str]) -> None:
         await send_json(send, 200, {"status": "ok"})  # type: ignore[arg-type]
@@ -112,10 +113,10 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     from bridge.fronts.chat_streams import ChatStreams
     from bridge.fronts.ws import WsFront
 
-    access = Access(config.ws)
+    access = Access(config.ws, config.server)
     streams = ChatStreams(config.ws, manager)
     ws = WsFront(config, manager, streams, access)
-    app.websocket("/ws", ws)
+    app.websocket("/ws", ws, origins=access.origins)
     app.background(ws.run)  # closes the sockets at shutdown, after the drain
     rest.register(app, config, manager, streams, access)
 

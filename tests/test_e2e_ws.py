@@ -630,7 +630,7 @@ async def test_rest_sessions(bridge_exe: list[str], tmp_path: Path, env: dict[st
                 assert (await h.post("/api/sessions", json={})).status_code == 200  # the default route
                 r = await h.post("/api/sessions", json={"route": "nope"})
                 assert r.status_code == 404 and "nope" in r.json()["detail"]
-                r = await h.post("/api/sessions", content=b"{not json")
+                r = await h.post("/api/sessions", content=b"{not json", headers={"content-type": "application/json"})
                 assert r.status_code == 400 and "detail" in r.json()
                 page = (await h.get("/api/sessions", params={"limit": 2, "offset": 1})).json()
                 assert (page["total"], page["limit"], page["offset"], len(page["sessions"])) == (4, 2, 1, 2)

@@ -96,10 +96,11 @@ class A2AFront:
         app.add("GET", _CARD_PATH, self.default_card)
         base = "/a2a/{route}"
         app.add("GET", base + _CARD_PATH, self.card)
-        app.add("POST", base, self.rpc)
-        app.add("POST", base + "/", self.rpc)
+        # Host, Origin and Content-Type are HttpApp's one policy; its refusals in our shapes.
+        app.add("POST", base, self.rpc, refuse=_refuse_rpc)
+        app.add("POST", base + "/", self.rpc, refuse=_refuse_rpc)
         for method, path, op, dialect in REST_ROUTES:
-            app.add(method, base + path, self._rest_handler(op, dialect))
+            app.add(method, base + path, self._rest_handler(op, dialect), refuse=_refuse_rest)
 
     # -- checks ------------------------------------------------------------------------------
     def _route(self, name: str) -> Route:
@@ -360,9 +361,26 @@ def _log(exc: BridgeError, scope: Scope) -> None:
         log.warning("A2A %s: %s", scope["path"], exc.message)
 
 
+async def _refuse_rpc(send: Any, status: int, detail: str) -> None:
+    """A browser-policy refusal (bridge/fronts/http_policy.py) as a JSON-RPC error."""
+    if status == 415:
+        await send_bytes(send, 415, wire.rpc_error(None, _WrongContentType("ContentTypeNotSupported", detail)))
+        return
+    info = {"@type": s.ERROR_INFO_TYPE, "reason": "PERMISSION_DENIED", "domain": "a2a-protocol.org"}
+    error = {"code": codes_for(PeerError("")).a2a, "message": detail, "data": [info]}
+    await send_bytes(send, status, _enc.encode({"jsonrpc": "2.0", "id": None, "error": error}))
+
+
+async def _refuse_rest(send: Any, status: int, detail: str) -> None:
+    """A browser-policy refusal as an HTTP+JSON `google.rpc.Status` body."""
+    reason = "CONTENT_TYPE_NOT_SUPPORTED" if status == 415 else "PERMISSION_DENIED"
+    await _plain_error(send, _HttpError(status, detail, reason))
+
+
 async def _plain_error(send: Any, exc: _HttpError) -> None:
     """An error before any A2A processing, as a `google.rpc.Status` body."""
-    status = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT"}.get(exc.status, "UNKNOWN")
+    status = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT",
+              415: "INVALID_ARGUMENT", 421: "PERMISSION_DENIED"}.get(exc.status, "UNKNOWN")  # fmt: skip
     info = {"@type": s.ERROR_INFO_TYPE, "reason": exc.reason, "domain": "a2a-protocol.org"}
     body = _enc.encode({"error": {"code": exc.status, "status": status, "message": exc.message, "details": [info]}})
     await send_bytes(send, exc.status, body, headers=exc.headers)

@@ -4,6 +4,10 @@ The token comes from `[ws] token_env` or `token_file` (DESIGN.md complaint 4); i
 compared in constant time and never logged or echoed. Browsers always send
 `Origin`, so a request whose Origin is not allowed is refused (cross-site WebSocket
 hijacking); a request without Origin is not from a page and only needs the token.
+Which origins are allowed is the listener's one policy (bridge/fronts/http_policy.py:
+loopback, `[server] allowed_origins`), with `[ws] allowed_origins` added for this
+front; `HttpApp` already enforces it before the handler, this is the same answer
+for the fronts' own CORS and error paths.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from __future__ import annotations
 import hmac
 import logging
 
-from bridge.config import WsFrontConfig
+from bridge.config import ServerConfig, WsFrontConfig
 from bridge.errors import AuthRequired, Forbidden
 from bridge.fronts.http import Scope, header
+from bridge.fronts.http_policy import BrowserPolicy, normalize_origins
 
 __all__ = ["Access"]
 
@@ -21,16 +26,16 @@ log = logging.getLogger("bridge.fronts.chat")
 
 
 class Access:
-    __slots__ = ("_token", "_required", "_origins", "_any_origin")
+    __slots__ = ("_token", "_required", "_origins", "_policy")
 
-    def __init__(self, cfg: WsFrontConfig) -> None:
+    def __init__(self, cfg: WsFrontConfig, server: ServerConfig | None = None) -> None:
         self._token = cfg.token()
         self._required = cfg.token_required
         if self._required and self._token is None:
             source = f"environment variable {cfg.token_env}" if cfg.token_env else f"file {cfg.token_file}"
             log.error("[ws] names a token but the %s gives none: every chat client is refused", source)
-        self._origins = frozenset(o.rstrip("/") for o in cfg.allowed_origins)
-        self._any_origin = "*" in self._origins
+        self._origins = normalize_origins(cfg.allowed_origins)
+        self._policy = BrowserPolicy(server if server is not None else ServerConfig())
 
     def __repr__(self) -> str:
         return f"Access(token={'<set>' if self._token else None}, origins={sorted(self._origins)})"
@@ -46,14 +51,23 @@ class Access:
             return False  # fail closed: a token is configured but could not be read
         return hmac.compare_digest(token.encode(), self._token.encode())
 
+    @property
+    def origins(self) -> frozenset[str]:
+        """`[ws] allowed_origins`: what this front accepts beside the listener's policy."""
+        return self._origins
+
     def origin_allowed(self, origin: str | None) -> bool:
-        return origin is None or self._any_origin or origin.rstrip("/") in self._origins
+        return self._policy.origin_allowed(origin, self._origins)
+
+    def origin_listed(self, origin: str | None) -> bool:
+        """Named by the operator, not merely loopback: only such a page gets CORS headers."""
+        return origin is not None and self._policy.origin_listed(origin, self._origins)
 
     def check_origin(self, scope: Scope) -> str | None:
         """The request's Origin; Forbidden if it is not allowed."""
         origin = header(scope, "origin")
         if not self.origin_allowed(origin):
-            raise Forbidden(f"origin {origin!r} is not allowed; add it to [ws] allowed_origins")
+            raise Forbidden(f"origin {origin!r} is not allowed; add it to [server] or [ws] allowed_origins")
         return origin
 
     def check_bearer(self, scope: Scope) -> bool:

@@ -6,19 +6,26 @@ triple and the path's named groups. Errors a handler raises as `BridgeError` bec
 `{"detail": ...}` JSON with the status from `bridge/errors.py`. A front that needs tasks
 for the listener's whole life (the MCP front's session manager) registers them with
 `background`: they run from the ASGI lifespan startup to its shutdown.
+
+Every request and WebSocket upgrade passes the one browser-safety policy
+(bridge/fronts/http_policy.py: Host, Origin, Content-Type) here, before any handler:
+a front adds only its own extra origins (`origins=`) and, if its clients expect
+another error shape than `{"detail": ...}`, how to say the refusal (`refuse=`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
 import trio
 
+from bridge.config import ServerConfig
 from bridge.errors import BridgeError, FrameTooLarge, InvalidRequest, PeerError, codes_for
+from bridge.fronts.http_policy import BrowserPolicy, normalize_origins
 
 __all__ = ["HttpApp", "Scope", "header", "read_body", "send_bytes", "send_json"]
 
@@ -28,8 +35,11 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Handler = Callable[[Scope, Receive, Send, dict[str, str]], Awaitable[None]]
+# How a front says a policy refusal: (send, status, detail).
+Refuse = Callable[[Send, int, str], Awaitable[None]]
 
 _json = msgspec.json.Encoder()
+_DEFAULT_SERVER = ServerConfig()
 
 
 async def send_bytes(
@@ -70,18 +80,32 @@ def header(scope: Scope, name: str) -> str | None:
     return None
 
 
+async def _refuse_json(send: Send, status: int, detail: str) -> None:
+    await send_json(send, status, {"detail": detail})
+
+
+class _Route:
+    __slots__ = ("method", "pattern", "handler", "origins", "refuse")
+
+    def __init__(self, method: str, path: str, handler: Handler, origins: frozenset[str], refuse: Refuse) -> None:
+        self.method, self.pattern, self.handler = method, _compile(path), handler
+        self.origins, self.refuse = origins, refuse
+
+
 class HttpApp:
-    def __init__(self) -> None:
-        self._http: list[tuple[str, re.Pattern[str], Handler]] = []
-        self._ws: list[tuple[re.Pattern[str], Handler]] = []
+    def __init__(self, policy: BrowserPolicy | None = None) -> None:
+        self.policy = policy if policy is not None else BrowserPolicy(_DEFAULT_SERVER)
+        self._http: list[_Route] = []
+        self._ws: list[_Route] = []
         self._background: list[Callable[..., Awaitable[None]]] = []
 
-    def add(self, method: str, path: str, handler: Handler) -> None:
-        """`path` may hold `{name}` segments; they reach the handler by name."""
-        self._http.append((method, _compile(path), handler))
+    def add(self, method: str, path: str, handler: Handler, *, origins: Iterable[str] = (), refuse: Refuse | None = None) -> None:
+        """`path` may hold `{name}` segments; they reach the handler by name. `origins`:
+        browser origins this path accepts beside `[server] allowed_origins` and loopback."""
+        self._http.append(_Route(method, path, handler, normalize_origins(origins), refuse or _refuse_json))
 
-    def websocket(self, path: str, handler: Handler) -> None:
-        self._ws.append((_compile(path), handler))
+    def websocket(self, path: str, handler: Handler, *, origins: Iterable[str] = ()) -> None:
+        self._ws.append(_Route("GET", path, handler, normalize_origins(origins), _refuse_json))
 
     def background(self, run: Callable[..., Awaitable[None]]) -> None:
         """`run(task_status=...)` runs beside the listener (lifespan startup to shutdown)."""
@@ -99,15 +123,20 @@ class HttpApp:
     async def _serve_http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         allowed: list[str] = []
-        for method, pattern, handler in self._http:
-            m = pattern.fullmatch(path)
+        for route in self._http:
+            m = route.pattern.fullmatch(path)
             if m is None:
                 continue
-            if method != scope["method"]:
-                allowed.append(method)
+            if route.method != scope["method"]:
+                allowed.append(route.method)
                 continue
+            refusal = self.policy.check(scope, route.origins)
+            if refusal is not None:
+                log.warning("%s %s refused (%d): %s", scope["method"], path, *refusal)
+                await route.refuse(send, *refusal)
+                return
             try:
-                await handler(scope, receive, send, m.groupdict())
+                await route.handler(scope, receive, send, m.groupdict())
             except PeerError as exc:
                 log.warning("%s %s: %s", scope["method"], path, exc.message)
                 await send_json(send, codes_for(exc).http, {"detail": exc.message})
@@ -115,18 +144,35 @@ class HttpApp:
                 log.warning("%s %s failed: %s", scope["method"], path, exc.message)
                 await send_json(send, codes_for(exc).http, {"detail": exc.message})
             return
-        if allowed:
+        refusal = self.policy.check(scope)
+        if refusal is not None:  # not even a 404 or 405 for a page that may not ask
+            log.warning("%s %s refused (%d): %s", scope["method"], path, *refusal)
+            await _refuse_json(send, *refusal)
+        elif allowed:
             await send_json(send, 405, {"detail": f"method not allowed; use {', '.join(sorted(set(allowed)))}"},
                             headers=[("allow", ", ".join(sorted(set(allowed))))])
         else:
             await send_json(send, 404, {"detail": f"no such path: {path}"})
 
     async def _serve_ws(self, scope: Scope, receive: Receive, send: Send) -> None:
-        for pattern, handler in self._ws:
-            m = pattern.fullmatch(scope["path"])
-            if m is not None:
-                await handler(scope, receive, send, m.groupdict())
+        for route in self._ws:
+            m = route.pattern.fullmatch(scope["path"])
+            if m is None:
+                continue
+            refusal = self.policy.check(scope, route.origins)
+            if refusal is None:
+                await route.handler(scope, receive, send, m.groupdict())
                 return
+            log.warning("WebSocket %s refused (%d): %s", scope["path"], *refusal)
+            await receive()  # websocket.connect
+            if "websocket.http.response" in scope.get("extensions", {}):
+                body = _json.encode({"detail": refusal[1]})
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+                await send({"type": "websocket.http.response.start", "status": refusal[0], "headers": headers})
+                await send({"type": "websocket.http.response.body", "body": body})
+            else:
+                await send({"type": "websocket.close", "code": 1008})  # before accept: the server answers 403
+            return
         await receive()  # websocket.connect
         await send({"type": "websocket.close", "code": 4404})
 

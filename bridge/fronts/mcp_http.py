@@ -3,10 +3,11 @@
 The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
 `MCP-Session-Id`, SSE); this module stands in front of it:
 
-- Access, before the SDK sees the request: a browser page's `Origin` must be a
-  loopback one or in `[mcp] allowed_origins` (403 otherwise; DNS rebinding); on a
-  loopback listener the `Host` must name loopback too; with a token (`[mcp]`'s, else
-  the listener's `[ws]` one), `Authorization: Bearer` must carry it (401).
+- Access, before the SDK sees the request: `HttpApp`'s one browser-safety policy
+  (bridge/fronts/http_policy.py: Host, Origin, Content-Type), with `[mcp]
+  allowed_origins` added for this path and its refusals said as JSON-RPC errors; then,
+  with a token (`[mcp]`'s, else the listener's `[ws]` one), `Authorization: Bearer`
+  must carry it (401).
 - The SDK is imported in a worker thread when the listener starts (~0.75 s, so the
   daemon's start does not wait for it); a request that comes first waits for it.
 - Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import re
 from typing import Any
 
 import msgspec
@@ -27,6 +27,7 @@ import trio
 
 from bridge.config import Config
 from bridge.fronts.http import HttpApp, Scope, header
+from bridge.fronts.mcp_ids import IdGate
 from bridge.prompts.registry import load_module
 from bridge.session import SessionManager
 
@@ -34,16 +35,13 @@ __all__ = ["McpHttp", "register"]
 
 log = logging.getLogger("bridge.fronts.mcp")
 
-_LOOPBACK_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.I)
-_LOOPBACK_HOST = re.compile(r"^(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.I)
-_LOOPBACK_ADDRESSES = {"127.0.0.1", "::1", "localhost"}
 _READY_WAIT_S = 30.0
 
 
 def register(app: HttpApp, config: Config, manager: SessionManager) -> McpHttp:
     front = McpHttp(config, manager)
     for method in ("POST", "GET", "DELETE"):
-        app.add(method, "/mcp", front)
+        app.add(method, "/mcp", front, origins=config.mcp.allowed_origins, refuse=_refuse)
     app.background(front.run)
     return front
 
@@ -62,8 +60,8 @@ class McpHttp:
         self._token_required = where is not None
         if self._token_required and self._token is None:
             log.error("%s names a token for /mcp but gives none: every MCP client is refused", where)
-        self._origins = frozenset(o.rstrip("/") for o in cfg.allowed_origins)
         self._sm: Any = None
+        self._ids = IdGate(config.server.max_body_bytes)
         self._ready = trio.Event()
         self._stopping = False
 
@@ -108,16 +106,6 @@ class McpHttp:
 
     # -- requests -----------------------------------------------------------------------
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
-        origin = header(scope, "origin")
-        if origin is not None:
-            origin = origin.rstrip("/")
-            if not (_LOOPBACK_ORIGIN.match(origin) or "*" in self._origins or origin in self._origins):
-                return 403, f"origin {origin!r} is not allowed; add it to [mcp] allowed_origins"
-        server = scope.get("server")
-        if server and server[0] in _LOOPBACK_ADDRESSES:
-            host = header(scope, "host") or ""
-            if not _LOOPBACK_HOST.match(host):
-                return 403, f"host {host!r} is not this loopback listener"
         if self._token_required:
             value = header(scope, "authorization") or ""
             scheme, _, token = value.partition(" ")
@@ -140,7 +128,9 @@ class McpHttp:
             log.warning("MCP %s /mcp refused (%d): %s", scope["method"], status, message)
             await _refuse(send, status, message)
             return
-        await self._sm.handle_request(scope, receive, _shielded(send))
+        sm = self._sm
+        # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp_ids.py).
+        await self._ids.serve(scope, receive, lambda replay: sm.handle_request(scope, replay, _shielded(send)))
 
 
 def _shielded(send: Any) -> Any:

@@ -78,7 +78,8 @@ class _Api:
 
         async def handle(scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
             origin = header(scope, "origin")
-            cors = [("access-control-allow-origin", origin), ("vary", "Origin")] if origin else []
+            # CORS only for a page the operator named (a loopback page may call, not read).
+            cors = [("access-control-allow-origin", origin), ("vary", "Origin")] if self.access.origin_listed(origin) else []
             try:
                 self.access.check_origin(scope)
                 if not self.access.check_bearer(scope):
@@ -87,7 +88,6 @@ class _Api:
             except PeerError as exc:
                 log.warning("%s %s: %s", scope["method"], scope["path"], exc.message)
                 extra = [("www-authenticate", "Bearer")] if codes_for(exc).http == 401 else []
-                cors = cors if self.access.origin_allowed(origin) else []
                 await send_json(send, codes_for(exc).http, {"detail": exc.message}, headers=cors + extra)
                 return
             except BridgeError as exc:
@@ -100,7 +100,7 @@ class _Api:
 
     async def preflight(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
         origin = header(scope, "origin")
-        if origin is None or not self.access.origin_allowed(origin):
+        if origin is None or not self.access.origin_listed(origin):
             await send_json(send, 403, {"detail": f"origin {origin!r} is not allowed"})
             return
         headers = [
@@ -202,10 +202,11 @@ class _Api:
 
 def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
     api = _Api(config, manager, streams, access)
-    app.add("POST", "/api/sessions", api.endpoint(api.create))
-    app.add("GET", "/api/sessions", api.endpoint(api.index))
-    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get))
-    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete))
-    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages))
+    own = access.origins  # [ws] allowed_origins, beside the listener's policy
+    app.add("POST", "/api/sessions", api.endpoint(api.create), origins=own)
+    app.add("GET", "/api/sessions", api.endpoint(api.index), origins=own)
+    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get), origins=own)
+    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete), origins=own)
+    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages), origins=own)
     for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages"):
-        app.add("OPTIONS", path, api.preflight)
+        app.add("OPTIONS", path, api.preflight, origins=own)

@@ -1,0 +1,209 @@
+"""The one browser-safety policy of every HTTP front (bridge/fronts/http_policy.py).
+
+Unit tests of the policy (Host, Origin, Content-Type, case by case), of `HttpApp`
+enforcing it before any handler, then end to end against the real daemon: the A2A
+front no longer runs a turn for a cross-site "simple" POST or answers a rebound Host,
+and /ws, REST, A2A and /mcp refuse a foreign Origin alike.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from bridge.config import ServerConfig
+from bridge.fronts.http import HttpApp
+from bridge.fronts.http_policy import BrowserPolicy, is_loopback_host, origin_host
+
+LOOP = ("127.0.0.1", 8765)
+
+
+def scope(
+    method: str = "GET",
+    *,
+    host: str | None = "127.0.0.1:8765",
+    origin: str | None = None,
+    ctype: str | None = None,
+    length: int | None = None,
+    server: tuple[str, int] | None = LOOP,
+    kind: str = "http",
+) -> dict[str, Any]:
+    headers = []
+    for name, value in (("host", host), ("origin", origin), ("content-type", ctype)):
+        if value is not None:
+            headers.append((name.encode(), value.encode("latin-1")))
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    s: dict[str, Any] = {"type": kind, "path": "/x", "headers": headers, "server": server}
+    if kind == "http":
+        s["method"] = method
+    return s
+
+
+def policy(**server: Any) -> BrowserPolicy:
+    return BrowserPolicy(ServerConfig(**server))
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("localhost", True), ("LOCALHOST.", True), ("app.localhost", True), ("127.0.0.1", True), ("127.3.4.5", True),
+     ("[::1]", True), ("::1", True), ("0.0.0.0", False), ("10.0.0.1", False), ("localhost.evil.com", False),
+     ("127.0.0.1.nip.io", False), ("attacker.example", False), ("", False)],
+)  # fmt: skip
+def test_loopback_names(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [("http://localhost:5173", "localhost"), ("https://[::1]:8443", "[::1]"), ("http://a.example", "a.example"),
+     ("null", None), ("file://", None), ("ftp://localhost", None), ("http://a.example/path", None)],
+)  # fmt: skip
+def test_origin_host(origin: str, host: str | None) -> None:
+    assert origin_host(origin) == host
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:8765", "localhost", "localhost:1", "[::1]:8765", "127.0.0.2", "LocalHost:80", None]
+)
+def test_loopback_listener_accepts_loopback_hosts(host: str | None) -> None:
+    assert policy().check(scope(host=host)) is None
+
+
+@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8765", "10.1.2.3:8765", "localhost.attacker.example"])
+def test_loopback_listener_refuses_other_hosts_dns_rebinding(host: str) -> None:
+    status, detail = policy().check(scope(host=host))  # type: ignore[misc]
+    assert status == 421 and "allowed_hosts" in detail
+
+
+def test_loopback_listener_judged_by_the_connections_own_address() -> None:
+    for server in (("127.0.0.1", 1), ("::1", 1), ("127.9.9.9", 1), ("localhost", 1)):
+        assert policy().check(scope(host="attacker.example", server=server)) is not None
+    # not loopback (or a unix socket): Host is not checked unless allowed_hosts is set
+    for server in (("10.0.0.5", 8765), ("/run/bridge.sock", None), None):  # type: ignore[assignment]
+        assert policy().check(scope(host="bridge.example.com", server=server)) is None  # type: ignore[arg-type]
+
+
+def test_allowed_hosts_exact_and_wildcard() -> None:
+    p = policy(allowed_hosts=["bridge.example.com", "*.corp.example", "[fd00::1]"])
+    for host in ("bridge.example.com", "bridge.example.com:443", "BRIDGE.example.com", "a.corp.example:1",
+                 "a.b.corp.example", "[fd00::1]:80", "localhost:8765"):  # fmt: skip
+        assert p.check(scope(host=host)) is None, host
+    for host in ("corp.example", "xcorp.example", "evil.example.com", "bridge.example.com.evil"):
+        assert p.check(scope(host=host)) is not None, host
+    # on a public listener, a set allowed_hosts applies too
+    assert p.check(scope(host="evil.example", server=("10.0.0.5", 80))) is not None
+    assert p.check(scope(host="a.corp.example", server=("10.0.0.5", 80))) is None
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://localhost:5173", "http://127.0.0.1:8765", "https://[::1]", "http://localhost:5173/"]
+)
+def test_loopback_origins_allowed(origin: str) -> None:
+    assert policy().check(scope(origin=origin)) is None
+
+
+@pytest.mark.parametrize(
+    "origin", ["https://evil.example", "null", "http://localhost.evil.example", "http://127.0.0.1.evil.example", "garbage"]
+)
+def test_foreign_origins_refused(origin: str) -> None:
+    status, detail = policy().check(scope(origin=origin))  # type: ignore[misc]
+    assert status == 403 and "allowed_origins" in detail
+
+
+def test_allowed_origins_server_wide_per_front_and_any() -> None:
+    p = policy(allowed_origins=["https://chat.example.com"])
+    assert p.check(scope(origin="https://chat.example.com")) is None
+    assert p.check(scope(origin="https://CHAT.example.com/")) is None
+    assert p.check(scope(origin="http://chat.example.com")) is not None  # scheme counts
+    extra = frozenset({"https://tools.example"})
+    assert p.check(scope(origin="https://tools.example"), extra) is None
+    assert p.check(scope(origin="https://tools.example")) is not None
+    assert policy(allowed_origins=["*"]).check(scope(origin="https://anything.example")) is None
+    assert p.check(scope(origin="null"), frozenset({"*"})) is None
+    # listed (CORS-worthy) is narrower than allowed: a loopback page may call, not read
+    assert not p.origin_listed("http://localhost:3000") and p.origin_listed("https://chat.example.com")
+
+
+@pytest.mark.parametrize(
+    ("method", "ctype", "length", "ok"),
+    [("POST", "application/json", 10, True), ("POST", "application/json; charset=utf-8", 10, True),
+     ("POST", "Application/JSON", 10, True), ("POST", "application/a2a+json", 10, True),
+     ("POST", "text/plain", 10, False), ("POST", None, 10, False), ("POST", None, None, True), ("POST", None, 0, True),
+     ("POST", "application/x-www-form-urlencoded", 10, False), ("POST", "multipart/form-data; boundary=x", 10, False),
+     ("POST", "text/plain; a=application/json", 10, False), ("PUT", "text/plain", 1, False),
+     ("PATCH", None, 1, False), ("DELETE", None, None, True), ("DELETE", None, 0, True),
+     ("DELETE", "text/plain", 5, False), ("DELETE", "application/json", 5, True), ("GET", None, None, True),
+     ("GET", "text/plain", 3, True), ("OPTIONS", None, None, True)],
+)  # fmt: skip
+def test_state_changing_requests_need_json(method: str, ctype: str | None, length: int | None, ok: bool) -> None:
+    refusal = policy().check(scope(method, ctype=ctype, length=length))
+    assert (refusal is None) is ok
+    if not ok:
+        assert refusal is not None and refusal[0] == 415
+
+
+def test_websocket_upgrade_checks_host_and_origin_not_content_type() -> None:
+    assert policy().check(scope(kind="websocket")) is None
+    assert policy().check(scope(kind="websocket", origin="https://evil.example"))[0] == 403  # type: ignore[index]
+    assert policy().check(scope(kind="websocket", host="evil.example"))[0] == 421  # type: ignore[index]
+
+
+# -- HttpApp runs it before any handler ------------------------------------------------------
+
+
+async def _call(app: HttpApp, s: dict[str, Any]) -> tuple[int | None, dict[str, Any], list[str]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"} if s["type"] == "websocket" else {"type": "http.request", "body": b"{}"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(s, receive, send)
+    start = next((m for m in sent if m["type"].endswith("response.start") or m["type"] == "websocket.close"), {})
+    body = b"".join(m.get("body", b"") for m in sent if m["type"].endswith("response.body"))
+    return start.get("status", start.get("code")), json.loads(body or b"{}"), [m["type"] for m in sent]
+
+
+async def test_http_app_refuses_before_the_handler() -> None:
+    ran: list[str] = []
+
+    async def handler(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
+        ran.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def ws_handler(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
+        ran.append("ws")
+
+    app = HttpApp(policy())
+    app.add("POST", "/x", handler)
+    app.add("GET", "/own", handler, origins=["https://chat.example"])
+    app.websocket("/ws", ws_handler, origins=["https://chat.example"])
+    with trio.fail_after(5):
+        for ctype in ("text/plain", None):
+            status, body, _ = await _call(app, scope("POST", ctype=ctype, length=2))
+            assert status == 415 and "application/json" in body["detail"]
+        status, body, _ = await _call(app, scope("POST", host="attacker.example", ctype="application/json", length=2))
+        assert status == 421 and "DNS rebinding" in body["detail"]
+        assert (await _call(app, scope("POST", origin="https://evil.example", ctype="application/json", length=2)))[0] == 403
+        # an unknown path answers no 404 to a page that may not ask
+        assert (await _call(app, {**scope(origin="https://evil.example"), "path": "/nope"}))[0] == 403
+        assert ran == []
+        # a front's own origins count only on its own paths
+        assert (await _call(app, {**scope(origin="https://chat.example"), "path": "/own"}))[0] == 200
+        assert (await _call(app, scope("POST", origin="https://chat.example", ctype="application/json", length=2)))[0] == 403
+        ws = {**scope(kind="websocket", origin="https://evil.example"), "path": "/ws", "extensions": {"websocket.http.response": {}}}
+        status, body, types = await _call(app, ws)
+        assert status == 403 and "allowed_origins" in body["detail"] and "websocket.accept" not in types
+        ws_plain = {**scope(kind="websocket", host="evil.example"), "path": "/ws"}
+        assert (await _call(app, ws_plain))[2] == ["websocket.close"]
+        assert ran == ["/own"]
+        await _call(app, {**scope(kind="websocket", origin="https://chat.example"), "path": "/ws"})
+        assert (await _call(app, scope("POST", ctype="application/json", length=2)))[0] == 200
+        assert ran == ["/own", "ws", "/x"]
