@@ -850,11 +850,14 @@ class SessionManager:
         while True:
             total = self.config.daemon.max_live_sessions
             per_route = self.config.routes[route_name].max_live_sessions if route_name in self.config.routes else None
+            # Sessions already closing are leaving (within their 5 s close): not counted,
+            # so concurrent requests each make room instead of finding nothing idle.
+            staying = [s for s in self._live.values() if not s._closed.is_set()]
             pool: list[Session] | None = None
-            if len(self._live) >= total:
-                pool, what = list(self._live.values()), f"[daemon] max_live_sessions ({total})"
+            if len(staying) >= total:
+                pool, what = staying, f"[daemon] max_live_sessions ({total})"
             elif per_route is not None:
-                mine = [s for s in self._live.values() if s.record.route == route_name]
+                mine = [s for s in staying if s.record.route == route_name]
                 if len(mine) >= per_route:
                     pool, what = mine, f"route {route_name!r} max_live_sessions ({per_route})"
             if pool is None:

@@ -805,3 +805,152 @@ async def test_an_a2a_agent_back(bridge_exe: list[str], tmp_path: Path, env: dic
                     frames = await c.run(sid, "fail: now")
                     assert [f["event"] for f in frames[-2:]] == ["system:error", "chat:end"]
                     assert frames[-1]["data"]["status"] == "failed" and "boom" in frames[-1]["data"]["result"]["error"]
+
+
+# -- fault isolation (issue 13) ---------------------------------------------------------------
+
+
+async def _raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStream, bytes]:
+    """A WebSocket upgrade by hand, on a socket the test controls; returns what followed the 101."""
+    import base64
+    import socket
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:  # a small window: the daemon's writes block sooner
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    await sock.connect((host, int(port)))
+    stream = trio.SocketStream(sock)
+    key = base64.b64encode(os.urandom(16)).decode()
+    await stream.send_all(
+        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "the daemon closed the upgrade"
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"101", head
+    return stream, rest
+
+
+def _masked(event: str, **data: Any) -> bytes:
+    """One masked client text frame (RFC 6455 §5.2)."""
+    import struct
+
+    payload = json.dumps({"event": event, "data": data}).encode()
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + struct.pack("!H", n)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def _reset(stream: trio.SocketStream) -> None:
+    """Drop the connection without a close frame or a FIN: RST (SO_LINGER 0)."""
+    import socket
+    import struct
+
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    await stream.aclose()
+
+
+async def test_watchers_dropping_their_connection_mid_stream_never_reach_the_daemon(
+    bridge_exe: list[str], tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Issue 13 finding 1: a watcher that vanished mid-stream made its connection start a
+    writer in its closed nursery, and the error ended the daemon through the session."""
+    import random
+
+    rng = random.Random(13)  # random moments, the same ones on every run
+    with trio.fail_after(120):
+        async with serve(bridge_exe, tmp_path, env) as d:
+            sid = await d.session()
+
+            async def watcher(done: trio.Event) -> None:
+                stream, buf = await _raw_ws(d.url)
+                await stream.send_all(_masked("session:subscribe", session_id=sid))
+                want = rng.randrange(1, 64 * 1024)  # drop after a random number of bytes
+                async with trio.open_nursery() as nursery:
+                    # ... or when the run ended, whichever comes first.
+                    async def until_done() -> None:
+                        await done.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(until_done)
+                    while len(buf) < want:
+                        chunk = await stream.receive_some(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    nursery.cancel_scope.cancel()
+                await _reset(stream)
+
+            async with d.ws() as streamer:
+                await streamer.subscribe(sid)
+                for _ in range(8):
+                    done = trio.Event()
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(20):
+                            nursery.start_soon(watcher, done)
+                        await streamer.send("chat:send", session_id=sid, message="bench:3000")
+                        frames = await streamer.until(is_end)
+                        done.set()
+                    assert frames[-1]["data"]["status"] == "completed", frames[-1]
+                    assert not any(f["event"] == "system:error" for f in frames)
+            assert d.proc.returncode is None, d.log.read_text()
+            async with d.ws() as c:  # a normal turn, as if nothing had happened
+                await c.subscribe(sid)
+                frames = await c.run(sid, "hello")
+                assert frames[-1]["data"]["status"] == "completed" and "hello" in text_of(frames)
+            assert "Traceback" not in d.log.read_text()
+
+
+async def test_a_flood_of_new_sessions_stays_under_the_live_cap(
+    bridge_exe: list[str], tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Issue 13 finding 9: each POST /api/sessions stayed live for idle_session_close_s.
+    With a cap, the longest-idle session makes room; with none idle, a clear refusal."""
+    capped = '[routes.capped]\nback = { kind = "demo" }\nmax_live_sessions = 5'
+
+    async def live(h: httpx.AsyncClient) -> int:
+        text = (await h.get("/metrics")).text
+        line = next((ln for ln in text.splitlines() if ln.startswith('agent_bridge_sessions_live{route="capped"}')), None)
+        return int(float(line.split()[-1])) if line else 0
+
+    with trio.fail_after(60):
+        async with serve(bridge_exe, tmp_path, env, routes=capped) as d:
+            async with d.http() as h:
+                flood: list[str] = []
+
+                async def post(n: int) -> None:
+                    for _ in range(n):
+                        r = await h.post("/api/sessions", json={"route": "capped"})
+                        assert r.status_code == 200, r.text
+                        flood.append(r.json()["session_id"])
+
+                async with trio.open_nursery() as nursery:
+                    for _ in range(10):
+                        nursery.start_soon(post, 20)
+                assert len(flood) == 200
+                assert await live(h) <= 5
+                # Every flooded session stayed in the store.
+                assert (await h.get(f"/api/sessions/{flood[0]}")).status_code == 200
+                # Five watched sessions: none is idle, so a sixth is refused (HTTP 503).
+                async with contextlib.AsyncExitStack() as stack:
+                    for _ in range(5):
+                        sid = await d.session("capped")
+                        c = await stack.enter_async_context(d.ws())
+                        await c.subscribe(sid)
+                    r = await h.post("/api/sessions", json={"route": "capped"})
+                    assert r.status_code == 503 and "max_live_sessions" in r.json()["detail"], r.text
+                    assert await live(h) == 5
+                    # On /ws the same refusal is a system:error "overloaded", and the socket goes on.
+                    await c.send("session:subscribe", session_id=flood[0])
+                    err = await c.error()
+                    assert err["code"] == "overloaded", err
+                # Watchers gone: the first session comes back by id, with its history.
+                async with d.ws() as c:
+                    await c.subscribe(flood[0])
+                    assert (await c.run(flood[0], "back again"))[-1]["data"]["status"] == "completed"

@@ -280,11 +280,11 @@ class _Connection:
         # `_nursery` is None once the connection's nursery may be closing (see `run`).
         if not self._writing and self._nursery is not None:
             self._writing = True
-            self._nursery.start_soon(self._writer)
+            self._nursery.start_soon(self._writer, self._nursery)
 
-    async def _writer(self) -> None:
-        nursery = self._nursery  # `run` lets go of it as it closes; we end before that
-        assert nursery is not None and self.sender is not None
+    async def _writer(self, nursery: trio.Nursery) -> None:
+        # `nursery` passed in: `run` lets go of `_nursery` as it closes, maybe before we start.
+        assert self.sender is not None
         try:
             while self.close_code is None:
                 if self._ping_due:
