@@ -80,20 +80,10 @@ def parse_card(body: bytes, card_url: str) -> CardView:
         raise CardError(f"it does not match the A2A agent card schema: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise CardError(f"it is not valid JSON: {exc}") from exc
-    if c10.supported_interfaces:
-        interfaces = [
-            CardInterface(urljoin(card_url, i.url), i.protocol_binding, _major_minor(i.protocol_version))
-            for i in c10.supported_interfaces
-            if i.url
-        ]
-    elif c03.url:
-        version = _major_minor(c03.protocol_version or "0.3.0")
-        interfaces = [CardInterface(urljoin(card_url, c03.url), c03.preferred_transport or "JSONRPC", version)]
-        interfaces += [
-            CardInterface(urljoin(card_url, i.url), i.transport, version) for i in c03.additional_interfaces or () if i.url
-        ]
-    else:
-        raise CardError("it names no interface (neither supportedInterfaces nor url)")
+    try:  # urljoin raises ValueError on a URL it cannot split ("http://[::1")
+        interfaces = _interfaces(c10, c03, card_url)
+    except ValueError as exc:
+        raise CardError(f"it names an interface URL that is not valid: {exc}") from exc
     schemes: dict[str, tuple[str, str]] = {}
     for name, sch in (c10.security_schemes or {}).items():
         if sch.http_auth_security_scheme is not None:
@@ -132,6 +122,23 @@ def parse_card(body: bytes, card_url: str) -> CardView:
         required=required,
         skills=skills,
     )
+
+
+def _interfaces(c10: s.AgentCard, c03: v.AgentCardV03, card_url: str) -> list[CardInterface]:
+    if c10.supported_interfaces:
+        return [
+            CardInterface(urljoin(card_url, i.url), i.protocol_binding, _major_minor(i.protocol_version))
+            for i in c10.supported_interfaces
+            if i.url
+        ]
+    if c03.url:
+        version = _major_minor(c03.protocol_version or "0.3.0")
+        interfaces = [CardInterface(urljoin(card_url, c03.url), c03.preferred_transport or "JSONRPC", version)]
+        interfaces += [
+            CardInterface(urljoin(card_url, i.url), i.transport, version) for i in c03.additional_interfaces or () if i.url
+        ]
+        return interfaces
+    raise CardError("it names no interface (neither supportedInterfaces nor url)")
 
 
 def _major_minor(version: str) -> str:

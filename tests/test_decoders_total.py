@@ -1,0 +1,498 @@
+"""Every wire decoder is total: any bytes give a value or that codec's own error.
+
+Property tests (hypothesis) per decoder: valid messages (golden fixtures and hand-made
+ones) are mutated (bits flipped, bytes inserted or deleted, invalid UTF-8, integers
+beyond 64 bits, deep nesting, long strings, a field's value swapped for another type)
+and the decoder must return a value or raise the error it documents, nothing else.
+A value it returns must also survive what comes later: the store's MessagePack
+encoder and the JSON encoder (an integer beyond 64 bits used to crash the flush).
+
+`AGENT_BRIDGE_FUZZ_EXAMPLES` sets the examples per property (default 200); nightly
+runs raise it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.codecs import a2a_card, a2a_rest, a2a_server, a2a_wire, jsonrpc, safejson, socketio, sse
+from bridge.codecs.a2a_answer import answer_for
+from bridge.codecs.acp import to_turn
+from bridge.codecs.chat_client import ChatFollower, subscribed_sequence
+from bridge.codecs.chat_reader import ChatReader
+from bridge.codecs.ndjson import LineReader, Oversized
+from bridge.core.events import Question, QuestionOption
+from bridge.errors import PeerError
+from bridge.schema import a2a as s
+from bridge.schema import acp
+
+GOLDEN = Path(__file__).parent / "golden"
+FUZZ = settings(
+    max_examples=int(os.environ.get("AGENT_BRIDGE_FUZZ_EXAMPLES", "200")),
+    deadline=None,  # no timed assertions: a slow example is not a failure here
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
+
+# -- mutations ---------------------------------------------------------------------------------
+
+_BAD_UTF8 = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\xe2\x82"]
+_NUMBERS = [
+    b"-18446744073709551616",
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"9" * 5000,
+    b"1e999",
+    b"-0",
+    b"1" * 30 + b".5",
+]
+_MARK = "\u0000hostile\u0000"  # a string the structural mutation swaps for raw bytes
+
+
+def _deep(n: int, *, closed: bool = True) -> bytes:
+    return b"[" * n + (b"]" * n if closed else b"")
+
+
+_HOSTILE_RAW = [
+    _deep(65),
+    _deep(1000),
+    _deep(100_000),
+    _deep(100_000, closed=False),
+    b'{"a":' * 500 + b"1" + b"}" * 500,
+    b'"\xff"',
+    b'"a\xed\xa0\x80"',
+    b'"\\ud800"',
+    b'"' + b"x" * 100_000 + b'"',
+    b'"' + b'\\"' * 20_000,  # an unterminated string full of escaped quotes
+    *_NUMBERS,
+]
+
+_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
+_json_value = st.recursive(_json_leaf, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3), max_leaves=8)
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*path, i))
+    return out
+
+
+def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _replace(value[head], rest, new)}
+    return [_replace(v, rest, new) if i == head else v for i, v in enumerate(value)]
+
+
+@st.composite
+def _swapped(draw: st.DrawFn, seed: bytes) -> bytes:
+    """A field's value (or a whole subtree) replaced by another type or a hostile value."""
+    try:
+        value = json.loads(seed)
+    except ValueError:
+        return seed
+    path = draw(st.sampled_from(_paths(value)))
+    if draw(st.booleans()):
+        return json.dumps(_replace(value, path, draw(_json_value))).encode()
+    raw = draw(st.sampled_from(_HOSTILE_RAW))
+    return json.dumps(_replace(value, path, _MARK)).encode().replace(json.dumps(_MARK).encode(), raw, 1)
+
+
+@st.composite
+def _mutated_bytes(draw: st.DrawFn, seed: bytes) -> bytes:
+    data = bytearray(seed)
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "utf8", "number", "hostile", "truncate"]))
+        pos = draw(st.integers(0, len(data)))
+        if op == "flip" and data:
+            data[min(pos, len(data) - 1)] ^= 1 << draw(st.integers(0, 7))
+        elif op == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+        elif op == "delete":
+            del data[pos : pos + draw(st.integers(1, 16))]
+        elif op == "utf8":
+            data[pos:pos] = draw(st.sampled_from(_BAD_UTF8))
+        elif op == "number":
+            data[pos:pos] = draw(st.sampled_from(_NUMBERS))
+        elif op == "hostile":
+            data[pos:pos] = draw(st.sampled_from(_HOSTILE_RAW))
+        else:
+            del data[pos:]
+    return bytes(data)
+
+
+def mutations(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
+    """Valid seeds, mutated byte-wise or structurally, plus a few hostile wholes."""
+    seed = st.sampled_from(seeds)
+    return st.one_of(
+        seed,
+        seed.flatmap(_mutated_bytes),
+        seed.flatmap(_swapped),
+        st.sampled_from(_HOSTILE_RAW),
+        st.binary(max_size=64),
+    )
+
+
+def survives(value: Any) -> None:
+    """A decoded value goes on to the store (MessagePack) and to peers (JSON)."""
+    msgspec.msgpack.encode(value)
+    msgspec.json.encode(value)
+
+
+def _lines(path: Path) -> list[bytes]:
+    return [line.encode() for line in path.read_text().splitlines() if line.strip()]
+
+
+def _compact(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# -- ACP (JSON-RPC over NDJSON) ---------------------------------------------------------------------
+
+_ACP_PARAMS: dict[str, type] = {
+    "initialize": acp.InitializeParams,
+    "authenticate": acp.AuthenticateParams,
+    "session/new": acp.NewSessionParams,
+    "session/load": acp.LoadSessionParams,
+    "session/list": acp.ListSessionsParams,
+    "session/close": acp.SessionIdParams,
+    "session/set_mode": acp.SetModeParams,
+    "session/set_config_option": acp.SetConfigOptionParams,
+    "session/prompt": acp.PromptParams,
+    "session/cancel": acp.SessionIdParams,
+    "$/cancel_request": acp.CancelRequestParams,
+    "session/update": acp.SessionNotification,
+    "session/request_permission": acp.RequestPermissionParams,
+}
+_ACP_SEEDS = [
+    _compact({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}}),
+    _compact({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}}),
+    _compact({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s", "_meta": {"n": 1}, "prompt": [
+        {"type": "text", "text": "hi"},
+        {"type": "resource_link", "uri": "file:///w/a.txt", "name": "a.txt", "size": 12},
+        {"type": "resource", "resource": {"uri": "file:///w/b", "text": "b"}},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    ]}}),
+    _compact({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}}),
+    _compact({"jsonrpc": "2.0", "id": 7, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}),
+    _compact({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}),
+    *(_compact({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": json.loads(p.read_text())["update"]}})
+      for p in sorted((GOLDEN / "acp").glob("*.json"))),
+]  # fmt: skip
+
+
+@FUZZ
+@given(mutations(_ACP_SEEDS))
+def test_acp_frames_decode_to_a_message_or_a_json_rpc_error(line: bytes) -> None:
+    try:
+        msg = jsonrpc.parse(line)
+    except jsonrpc.ProtocolError as exc:
+        assert jsonrpc.error_response(exc.id, exc.error).error.code in (-32700, -32600)
+        return
+    survives(msg)
+    if isinstance(msg, jsonrpc.Reply):
+        types = [acp.RequestPermissionResult]
+    else:
+        typ = _ACP_PARAMS.get(msg.method)
+        types = [typ] if typ is not None else list(_ACP_PARAMS.values())[:3]
+    for typ in types:
+        try:
+            params = jsonrpc.decode_params(msg.params if not isinstance(msg, jsonrpc.Reply) else msg.result, typ)
+        except PeerError as exc:
+            assert jsonrpc.error_response(None, exc).error.code in (-32700, -32602)
+            continue
+        survives(params)
+        if isinstance(params, acp.SessionNotification):
+            survives(to_turn(params.update))
+
+
+@FUZZ
+@given(st.lists(mutations(_ACP_SEEDS), min_size=1, max_size=4), st.lists(st.integers(1, 300), min_size=1, max_size=8))
+def test_ndjson_framing_is_bounded_whatever_the_bytes(frames: list[bytes], cuts: list[int]) -> None:
+    limit = 4096
+    reader = LineReader(limit)
+    stream = b"\n".join(frames) + b"\n"
+    out: list[bytes | Oversized] = []
+    i = 0
+    while i < len(stream):
+        step = cuts[i % len(cuts)]
+        out += reader.feed(stream[i : i + step])
+        i += step
+    out += reader.feed_eof()
+    for item in out:
+        if isinstance(item, bytes):
+            assert len(item) <= limit and b"\n" not in item
+
+
+# -- A2A server (JSON-RPC and HTTP+JSON, 1.0 and 0.3) ---------------------------------------------
+
+def _request_body(name: str) -> bytes:
+    return _compact(json.loads((GOLDEN / "a2a" / name).read_text())["body"])
+
+
+_A2A_RPC_SEEDS = [
+    _request_body("request_stream_v10_jsonrpc.json"),
+    _request_body("request_stream_v03_jsonrpc.json"),
+    _compact({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "t", "historyLength": 2}}),
+    _compact({"jsonrpc": "2.0", "id": "x", "method": "tasks/get", "params": {"id": "t", "historyLength": 2}}),
+    _compact({"jsonrpc": "2.0", "id": 4, "method": "ListTasks", "params": {"pageSize": 5}}),
+    _compact({"jsonrpc": "2.0", "id": 5, "method": "tasks/pushNotificationConfig/set", "params": {"taskId": "t", "pushNotificationConfig": {"url": "https://h/x", "token": "k"}}}),
+]  # fmt: skip
+
+
+@FUZZ
+@given(mutations(_A2A_RPC_SEEDS))
+def test_a2a_json_rpc_requests_decode_or_fault(body: bytes) -> None:
+    try:
+        env = a2a_server.decode_envelope(body)
+    except a2a_server.A2AFault:
+        return
+    for dialect in a2a_wire.Dialect:
+        try:
+            op = a2a_server.rpc_op(env.method, dialect)  # type: ignore[arg-type]
+            req = a2a_server.decode_params(op, dialect, env.params)
+        except a2a_server.A2AFault:
+            continue
+        survives(req)
+
+
+_A2A_REST_SEEDS = [
+    _request_body("request_stream_v10_rest.json"),
+    _request_body("request_stream_v03_rest.json"),
+    _compact({"url": "https://h/x", "token": "k", "authentication": {"schemes": ["Bearer"], "credentials": "c"}}),
+    _compact({"config": {"pushNotificationConfig": {"url": "https://h/x"}}, "configId": "c1"}),
+]
+_REST_OPS = ["send", "stream", "create_push_config", "get_task", "list_tasks", "list_push_configs", "cancel"]
+
+
+@FUZZ
+@given(mutations(_A2A_REST_SEEDS), st.sampled_from(_REST_OPS), st.sampled_from(list(a2a_wire.Dialect)), st.binary(max_size=40))
+def test_a2a_http_json_requests_decode_or_fault(body: bytes, op: str, dialect: a2a_wire.Dialect, query: bytes) -> None:
+    query = query if query.count(b"=") else b"historyLength=" + query + b"&pageSize=2&includeArtifacts=true"
+    try:
+        req = a2a_rest.rest_request(op, dialect, body, {"id": "t"}, query)
+    except a2a_server.A2AFault:
+        return
+    survives(req)
+
+
+# -- A2A back: responses, streams, cards ----------------------------------------------------------
+
+def _sse_payloads(name: str) -> list[bytes]:
+    text = (GOLDEN / "a2a" / name).read_text()
+    return [line[len("data: ") :].encode() for line in text.splitlines() if line.startswith("data: ")]
+
+
+_A2A_RESPONSES = {
+    (a2a_wire.Dialect.V1_0, a2a_wire.Binding.JSONRPC): _sse_payloads("stream_v10_jsonrpc_chunks.sse"),
+    (a2a_wire.Dialect.V1_0, a2a_wire.Binding.HTTP_JSON): _sse_payloads("stream_v10_rest_files.sse"),
+    (a2a_wire.Dialect.V0_3, a2a_wire.Binding.JSONRPC): _sse_payloads("stream_v03_jsonrpc_ask.sse"),
+    (a2a_wire.Dialect.V0_3, a2a_wire.Binding.HTTP_JSON): _sse_payloads("stream_v03_rest_chunks.sse"),
+}
+_A2A_BACK_SEEDS = [p for ps in _A2A_RESPONSES.values() for p in ps] + [
+    (GOLDEN / "a2a" / n).read_bytes() for n in ("task_v10_rest_files.json", "task_v03_jsonrpc_ask.json", "error_rest.json", "error_v10_jsonrpc.json")
+]  # fmt: skip
+
+
+@FUZZ
+@given(mutations(_A2A_BACK_SEEDS), st.sampled_from(sorted(_A2A_RESPONSES)), st.integers(200, 599))
+def test_a2a_responses_read_by_the_back_decode_or_fail_the_turn(body: bytes, key: tuple[Any, Any], status: int) -> None:
+    wire = a2a_wire.Wire(a2a_wire.Interface("http://127.0.0.1:1/a2a", *key))
+    for decode in (wire.decode_send, wire.decode_task, wire.decode_event):
+        try:
+            survives(decode(body))
+        except (a2a_wire.A2AError, a2a_wire.InvalidResponse):
+            pass
+    error = wire.decode_http_error(status, body)
+    assert error is None or isinstance(error, a2a_wire.A2AError)
+
+
+_CARDS = [(GOLDEN / "a2a" / p.name).read_bytes() for p in sorted((GOLDEN / "a2a").glob("card_*.json"))]
+
+
+@FUZZ
+@given(mutations(_CARDS))
+def test_agent_cards_parse_or_card_error(body: bytes) -> None:
+    try:
+        view = a2a_card.parse_card(body, "http://127.0.0.1:1/.well-known/agent-card.json")
+    except a2a_card.CardError:
+        return
+    a2a_card.commands(view)
+    try:
+        a2a_card.choose_interface(view, "auto", "auto")
+    except a2a_card.CardError:
+        pass
+
+
+@FUZZ
+@given(st.lists(mutations(_A2A_BACK_SEEDS), max_size=3), st.lists(st.integers(1, 200), min_size=1, max_size=5), st.binary(max_size=64))
+def test_sse_decoding_is_total(payloads: list[bytes], cuts: list[int], junk: bytes) -> None:
+    stream = b"".join(b"event: x\nid: 1\nretry: " + junk[:8] + b"\ndata: " + p + b"\n\n" for p in payloads) + junk
+    dec = sse.SSEDecoder(max_event_bytes=1 << 16)
+    i = 0
+    try:
+        while i < len(stream):
+            step = cuts[i % len(cuts)]
+            for event in dec.feed(stream[i : i + step]):
+                assert isinstance(event.data, bytes)
+            i += step
+        dec.feed_eof()
+    except sse.EventTooLarge:
+        pass
+
+
+# -- A2A answers from a client (free text and data parts) ------------------------------------------
+
+_QUESTION = Question(
+    id="q", kind="choice", prompt="Pick",
+    options=[QuestionOption(id="a", label="Alpha"), QuestionOption(id="b", label="Beta")],
+    multi_select=True, allow_text=False,
+)  # fmt: skip
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=30), st.sampled_from(["²", "①", "1,²", "9" * 5000, "١"])), _json_value)
+def test_a2a_answers_are_read_or_refused_with_value_error(text: str, data: Any) -> None:
+    parts = [s.Part(text=text), s.Part(data={"selected": data}), s.Part(data={"selections": {"0": data}})]
+    for part in parts:
+        try:
+            answer_for(_QUESTION, [part])
+        except ValueError:
+            pass
+
+
+# -- chat frames (the chat back reads them) ---------------------------------------------------------
+
+_CHAT_CASES = [json.loads(p.read_text()) for p in sorted((GOLDEN / "chat" / "reverse").glob("*.json"))]
+_CHAT_FRAMES = [_compact(f) for case in _CHAT_CASES for f in case["frames"]]
+
+
+@FUZZ
+@given(st.sampled_from(_CHAT_CASES), st.integers(0, 40), mutations(_CHAT_FRAMES))
+def test_chat_frames_read_by_the_chat_back_decode_or_peer_error(case: dict[str, Any], at: int, bad: bytes) -> None:
+    frames = [_compact(f) for f in case["frames"]]
+    frames.insert(min(at, len(frames)), bad)
+    reader = ChatReader(case["turn_id"])
+    follower = ChatFollower("srv-1")
+    for frame in frames:
+        for target in (reader.feed, follower.feed):
+            try:
+                survives(target(frame))
+            except PeerError:
+                pass
+        follower.skip(frame)
+    subscribed_sequence(bad)
+
+
+# -- Socket.IO / Engine.IO (the chat back's other transport) ----------------------------------------
+
+_SIO = [line for line in (GOLDEN / "socketio" / "run_ask.txt").read_text().splitlines() if line]
+
+
+@FUZZ
+@given(st.integers(0, len(_SIO)), mutations([line.encode() for line in _SIO]), st.booleans())
+def test_socketio_packets_decode_or_socketio_error(at: int, bad: bytes, as_bytes: bool) -> None:
+    client = socketio.SocketIOClient()
+    packets: list[str | bytes] = list(_SIO)
+    packets.insert(at, bad if as_bytes else bad.decode("utf-8", "replace"))
+    for packet in packets:
+        try:
+            for event in client.receive(packet):
+                survives(event)
+                if isinstance(event, socketio.Opened):
+                    client.connect()
+        except socketio.SocketIOError:
+            pass
+
+
+# -- regressions the properties found or the issue reported -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"\xff"}]}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","_meta":{"n":-18446744073709551616},"prompt":[]}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"resource_link","uri":"f","name":"f","size":18446744073709551616}]}}',
+        _deep(100_000),
+        b'{"jsonrpc":"2.0","id":1,"method":"x","params":' + b"9" * 5000 + b"}",
+    ],
+)
+def test_acp_parse_errors_for_what_used_to_escape(line: bytes) -> None:
+    with pytest.raises(jsonrpc.ProtocolError) as info:
+        jsonrpc.parse(line)
+    assert jsonrpc.error_response(info.value.id, info.value.error).error.code == -32700
+
+
+def test_invalid_utf8_in_an_unread_field_is_still_a_parse_error() -> None:
+    """msgspec skips an unknown field (and keeps `params` raw) without reading its
+    bytes: they must not reach a later decode, the store or another peer."""
+    with pytest.raises(jsonrpc.ProtocolError):
+        jsonrpc.parse(b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"x":"\xff"},"extra":"\xc3"}')
+
+
+def test_params_that_are_not_json_answer_parse_error() -> None:
+    with pytest.raises(PeerError) as info:
+        jsonrpc.decode_params(msgspec.Raw(b'{"sessionId":"\xff"}'), acp.SessionIdParams)
+    assert jsonrpc.error_response(1, info.value).error.code == -32700
+
+
+@pytest.mark.parametrize("packet", ["4²", "42²", "43" + "9" * 16 + "[]", "4" + "1" * 5000])
+def test_socketio_unicode_digits_are_not_packet_types(packet: str) -> None:
+    client = socketio.SocketIOClient()
+    client.receive(_SIO[0])
+    client.connect()
+    client.receive(_SIO[1])
+    with pytest.raises(socketio.SocketIOError):
+        client.receive(packet)
+
+
+def test_sse_retry_of_thousands_of_digits_is_ignored() -> None:
+    dec = sse.SSEDecoder()
+    events = dec.feed(b"retry: " + b"9" * 5000 + b"\ndata: x\n\n")
+    assert [e.data for e in events] == [b"x"] and events[0].retry is None
+
+
+def test_card_with_an_unsplittable_url_is_a_card_error() -> None:
+    body = _compact({"name": "x", "supportedInterfaces": [{"url": "http://[::1/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]})
+    with pytest.raises(a2a_card.CardError):
+        a2a_card.parse_card(body, "http://127.0.0.1:1/.well-known/agent-card.json")
+
+
+@pytest.mark.parametrize("body", [b'{"config": 5}', b'{"config": "x", "url": "https://h/x"}'])
+def test_a2a_rest_v03_push_config_with_a_non_object_config_is_read_or_refused(body: bytes) -> None:
+    """It raised AttributeError (HTTP 500): `config` was assumed to be an object."""
+    try:
+        req = a2a_rest.decode_rest("create_push_config", a2a_wire.Dialect.V0_3, body, {"id": "t"})
+    except a2a_server.A2AFault:
+        return
+    assert isinstance(req, s.TaskPushNotificationConfig)
+
+
+def test_safejson_is_the_decoder_under_every_codec() -> None:
+    """A regression guard: a decoder built straight from msgspec bypasses the bounds."""
+    for mod in (jsonrpc, a2a_server, a2a_rest, a2a_wire, a2a_card, socketio):
+        src = Path(mod.__file__ or "").read_text()
+        assert "msgspec.json.Decoder(" not in src and "msgspec.json.decode(" not in src.replace("msgspec.json.decode(encoder.rid)", ""), mod.__name__
+    assert safejson.max_depth() >= 8
