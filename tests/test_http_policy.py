@@ -207,3 +207,83 @@ async def test_http_app_refuses_before_the_handler() -> None:
         await _call(app, {**scope(kind="websocket", origin="https://chat.example"), "path": "/ws"})
         assert (await _call(app, scope("POST", ctype="application/json", length=2)))[0] == 200
         assert ran == ["/own", "ws", "/x"]
+
+
+# -- end to end: the real daemon --------------------------------------------------------------
+
+EVIL = "https://evil.example"
+LISTED = "https://chat.example.com"
+V03_SEND = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
+    "message": {"kind": "message", "messageId": "m-x", "role": "user", "parts": [{"kind": "text", "text": "pwned"}]}}}  # fmt: skip
+LIST_TASKS = {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}
+MCP_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+MCP_ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+async def _sessions(h: Any) -> int:
+    r = await h.get("/api/sessions")
+    assert r.status_code == 200, r.text
+    return int(r.json()["total"])
+
+
+async def test_daemon_refuses_cross_site_and_rebound_requests_on_every_front(
+    bridge_exe: list[str], tmp_path: Any, clean_env: dict[str, str]
+) -> None:
+    import httpx
+    from trio_websocket import ConnectionRejected, open_websocket_url
+
+    from daemon_support import base_config, demo_route, start_daemon
+
+    config = base_config(tmp_path, {"demo": demo_route()}, server={"allowed_origins": [LISTED]})
+    with trio.fail_after(60):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=10) as h:
+            body = json.dumps(V03_SEND).encode()
+            # A "simple" cross-site POST (finding 3): text/plain, or no Content-Type at all.
+            for headers in ({"content-type": "text/plain"}, {}, {"content-type": "application/x-www-form-urlencoded"}):
+                r = await h.post("/a2a/demo", content=body, headers=headers)
+                assert r.status_code == 415, (headers, r.text)
+                assert "application/json" in r.json()["error"]["message"]
+            r = await h.post("/a2a/demo", content=body, headers={"content-type": "text/plain", "origin": EVIL})
+            assert r.status_code == 403
+            assert await _sessions(h) == 0  # no turn ran
+            assert "pwned" not in d.log_text()
+
+            # DNS rebinding: the attacker's name resolves to 127.0.0.1, the Host header says so.
+            for host in ("attacker.example", "attacker.example:80"):
+                r = await h.post("/a2a/demo", json=LIST_TASKS, headers={"a2a-version": "1.0", "host": host})
+                assert r.status_code == 421 and "DNS rebinding" in r.json()["error"]["message"], r.text
+                r = await h.get("/a2a/demo/tasks", headers={"a2a-version": "1.0", "host": host})
+                assert r.status_code == 421 and "result" not in r.text
+                assert (await h.get("/api/sessions", headers={"host": host})).status_code == 421
+
+            # The same requests, as a real client makes them, are served.
+            r = await h.post("/a2a/demo", json=V03_SEND)
+            assert r.status_code == 200 and r.json()["result"]["status"]["state"] == "completed", r.text
+            r = await h.post("/a2a/demo", json=LIST_TASKS, headers={"a2a-version": "1.0", "host": "localhost:1"})
+            assert r.status_code == 200 and len(r.json()["result"]["tasks"]) == 1, r.text
+            assert await _sessions(h) == 1
+
+            # A foreign Origin is refused alike on A2A, REST, /mcp and /ws; loopback and listed pass.
+            for origin, ok in ((EVIL, False), ("null", False), ("http://localhost:5173", True), (LISTED, True)):
+                o = {"origin": origin}
+                r = await h.post("/a2a/demo", json=LIST_TASKS, headers={"a2a-version": "1.0", **o})
+                assert (r.status_code == 200) is ok, (origin, r.text)
+                r = await h.get("/a2a/demo/.well-known/agent-card.json", headers=o)
+                assert (r.status_code == 200) is ok, (origin, r.text)
+                r = await h.get("/api/sessions", headers=o)
+                assert (r.status_code == 200) is ok, (origin, r.text)
+                # CORS headers only for the origin the operator named
+                assert ("access-control-allow-origin" in r.headers) is (origin == LISTED)
+                r = await h.post("/mcp", json=MCP_INIT, headers={**MCP_ACCEPT, **o})
+                assert (r.status_code == 200) is ok, (origin, r.text)
+                if not ok:
+                    assert r.status_code == 403 and r.json()["error"]["code"] == -32600
+                try:
+                    async with open_websocket_url(d.url.replace("http://", "ws://") + "/ws", extra_headers=[(b"origin", origin.encode())]):
+                        pass  # the upgrade was accepted
+                    assert ok, origin
+                except ConnectionRejected as exc:
+                    assert not ok and exc.status_code == 403, origin
+                    assert "allowed_origins" in json.loads(exc.body or b"{}")["detail"]
+            assert await _sessions(h) == 1
