@@ -284,6 +284,45 @@ async def test_bad_input_gets_errors_and_the_bridge_keeps_serving(spawn: Any, wo
     assert "WARNING" in b.stderr()  # the peer's faults are logged, on stderr
 
 
+# -- bytes no decoder may choke on (issue 13: each used to end the process) -------------------
+
+
+def _prompt_with(session_id: str, rid: int, block: bytes, meta: bytes = b"") -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","id":' + str(rid).encode() + b',"method":"session/prompt","params":{"sessionId":"'
+        + session_id.encode() + b'"' + meta + b',"prompt":[' + block + b"]}}"
+    )  # fmt: skip
+
+
+def hostile_frames(session_id: str) -> list[tuple[str, bytes]]:
+    return [
+        ("invalid UTF-8 in a prompt's text", _prompt_with(session_id, 31, b'{"type":"text","text":"caf\xc3"}')),
+        ("invalid UTF-8 in an unknown member", _prompt_with(session_id, 32, b'{"type":"text","text":"x","z":"\xff\xfe"}')),
+        ("_meta integer beyond 64 bits", _prompt_with(session_id, 33, b'{"type":"text","text":"x"}', b',"_meta":{"n":-18446744073709551616}')),
+        ("resource_link size beyond 64 bits", _prompt_with(session_id, 34, b'{"type":"resource_link","uri":"file:///a","name":"a","size":18446744073709551616}')),
+        ("integer of 5000 digits", _prompt_with(session_id, 35, b'{"type":"text","text":"x"}', b',"_meta":{"n":' + b"9" * 5000 + b"}")),
+        ("100 000 nested arrays", b"[" * 100_000 + b"]" * 100_000),
+        ("100 000 nested arrays in params", b'{"jsonrpc":"2.0","id":36,"method":"session/list","params":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ]  # fmt: skip
+
+
+async def test_hostile_bytes_get_parse_errors_and_the_session_keeps_serving(spawn: Any, workdir: str) -> None:
+    async with spawn() as b:
+        await b.initialize()
+        sid = await b.new_session(workdir)
+        for name, frame in hostile_frames(sid):
+            await b.send_raw(frame + b"\n")
+            resp, before = await b.call("session/list", {})
+            assert "result" in resp, (name, resp, b.stderr()[-2000:])
+            errors = [m for m in before if "method" not in m]  # (notifications of the session may come too)
+            assert [e["error"]["code"] for e in errors] == [-32700], (name, before)
+        # The session the refused prompts named runs a normal turn, and it is stored.
+        resp, updates = await b.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})
+        assert resp["result"] == {"stopReason": "end_turn"}
+        assert any(u["params"]["update"].get("sessionUpdate") == "agent_message_chunk" for u in updates)
+        await b.finish()
+
+
 # -- frame size ----------------------------------------------------------------------------
 
 
