@@ -412,7 +412,10 @@ class _Connection:
                 if isinstance(data, bytes) and not _is_utf8(data):
                     # RFC 6455 §7.4.1: 1007, "data within a message that was not
                     # consistent with the type of the message"; the error goes first.
+                    log.warning("chat client error: a frame that is not UTF-8")
+                    self._error(ParseError(f"the frame is not UTF-8: {exc}"))
                     self.close(1007, "the frame is not UTF-8", flush=True)
+                    return
                 raise ParseError(f"invalid JSON: {exc}") from exc
             if not self.authed:
                 if frame.auth is None or not self.front.access.token_ok(frame.auth.token):
