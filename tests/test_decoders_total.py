@@ -496,3 +496,64 @@ def test_safejson_is_the_decoder_under_every_codec() -> None:
         src = Path(mod.__file__ or "").read_text()
         assert "msgspec.json.Decoder(" not in src and "msgspec.json.decode(" not in src.replace("msgspec.json.decode(encoder.rid)", ""), mod.__name__
     assert safejson.max_depth() >= 8
+
+
+# -- end to end: the real daemon, hostile bytes on every front ------------------------------------
+
+
+async def test_the_daemon_answers_hostile_bytes_on_every_front_and_keeps_serving(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """Each of these used to end the daemon (the unix socket) or answer 500 / close 1011."""
+    import httpx
+    import trio
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    from tests.daemon_support import base_config, demo_route, start_daemon
+
+    bad_utf8 = b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"\xff"}]}}}'
+    deep = b"[" * 100_000 + b"]" * 100_000
+    json_type = {"Content-Type": "application/json", "A2A-Version": "1.0"}
+    async with start_daemon(bridge_exe, tmp_path, clean_env, base_config(tmp_path, {"demo": demo_route()})) as d:
+        with trio.fail_after(60):
+            assert d.acp_socket is not None
+            # The unix socket: a preamble that is not UTF-8, then hostile lines after a good one.
+            async with await trio.open_unix_socket(d.acp_socket) as stream:
+                await stream.send_all(b'{"route":"\xff"}\n')
+                assert b"error" in await stream.receive_some(65536)
+            async with d.acp("demo") as acp_client:
+                await acp_client.init()
+                sid = await acp_client.new()
+                for frame in (b'{"jsonrpc":"2.0","id":5,"method":"session/list","params":{"x":"\xc3"}}', deep,
+                              b'{"jsonrpc":"2.0","id":6,"method":"session/prompt","params":{"sessionId":"' + sid.encode()
+                              + b'","_meta":{"n":-18446744073709551616},"prompt":[{"type":"text","text":"x"}]}}'):  # fmt: skip
+                    acp_client.responses.pop(None, None)
+                    await acp_client.send.send_all(frame + b"\n")
+                    await acp_client.until(lambda: None in acp_client.responses)
+                    assert acp_client.responses[None]["error"]["code"] == -32700
+                done = await acp_client.prompt(sid, "still here")
+                assert (await acp_client.response(done))["result"] == {"stopReason": "end_turn"}
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                # A2A JSON-RPC and HTTP+JSON; REST.
+                for body in (bad_utf8, deep):
+                    r = await h.post("/a2a/demo", content=body, headers=json_type)
+                    assert r.status_code != 500 and r.json()["error"]["code"] == -32700, r.text
+                r = await h.post("/a2a/demo/message:send", content=b'{"message":{"parts":[{"text":"\xff"}]}}', headers=json_type)
+                assert r.status_code == 400 and r.json(), r.text
+                r = await h.post("/api/sessions", content=b'{"route":"\xff"}', headers={"Content-Type": "application/json"})
+                assert r.status_code == 400 and r.json(), r.text
+                # /ws: invalid JSON is a system:error; bytes that are not UTF-8 close 1007 (RFC 6455 §7.4.1).
+                async with open_websocket_url(d.url.replace("http://", "ws://") + "/ws") as ws:
+                    await ws.send_message("{not json")
+                    assert json.loads(await ws.get_message())["event"] == "system:error"
+                    await ws.send_message(b'{"event":"chat:send","data":{"message":"\xff"}}')
+                    assert json.loads(await ws.get_message())["event"] == "system:error"
+                    with pytest.raises(ConnectionClosed) as closed:
+                        await ws.get_message()
+                    assert closed.value.reason.code == 1007
+                # And a normal turn still runs.
+                r = await h.post("/a2a/demo", headers=json_type, json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+                    "message": {"messageId": "ok", "role": "ROLE_USER", "parts": [{"text": "alive"}]}}})  # fmt: skip
+                assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+        assert d.proc.returncode is None, d.log_text()[-3000:]
+
