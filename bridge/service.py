@@ -14,9 +14,15 @@ each front says it its own way (ACP `cancelled`, chat `interrupted`, A2A
 `CANCELED`); ACP socket connections end as at an editor's EOF once their answers are
 written, chat WebSockets close with 1001 once their runs' ends are sent (bridge/fronts/ws.py),
 queued A2A push notifications are delivered, and other HTTP connections get
-`[server] graceful_timeout_s` (each); then the sessions close
+`[server] graceful_timeout_s` (one deadline for all of it); then the sessions close
 (their agent processes end) and the store is flushed and closed. A second signal
 stops at once: sessions are cancelled (their processes still end), nothing waits.
+
+The stop is bounded whatever clients do: a connection still open at that deadline
+(a client that stopped reading, so hypercorn's shielded socket write never returns;
+an SSE reader that never reads; a slowloris request) is shut down at the socket, so
+the daemon exits within `shutdown_grace_s` + the longest `cancel_grace_s` +
+`graceful_timeout_s` + a few seconds of closing sessions and the store.
 
 Exit status (sysexits.h): 0 after a graceful stop, 128+N after a forced one (signal
 N), and `StartError.status` when a listener or the store cannot be opened (71,
@@ -29,6 +35,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -282,6 +289,11 @@ class _Service:
             nursery.start_soon(status.run, 5.0)
             await self.stop.wait()
             await _stop_gracefully(self.config, manager, self.notifier, acp_front, hc, http_stop, http_done)
+            if not http_done.is_set():
+                # Writes hypercorn shields (its `protocol_send`) cannot be cancelled:
+                # a client that does not read would hold the process. Cut them off.
+                cut = _cut_connections(_ports(bound))
+                log.warning("%d HTTP connection(s) still open at the stop's deadline: cut off", cut)
             http_scope.cancel()
             nursery.cancel_scope.cancel()
 
@@ -311,12 +323,62 @@ async def _stop_gracefully(
     if cancelled:
         log.info("%d turn(s) still running after %g s were cancelled", cancelled, grace)
     notifier.status("stopping: closing connections")
+    # One deadline for everything that is left, whatever the clients do.
+    deadline = trio.current_time() + config.server.graceful_timeout_s
     async with trio.open_nursery() as nursery:
         if acp_front is not None:
-            nursery.start_soon(acp_front.finish, 3.0)
-        with trio.move_on_after(config.server.graceful_timeout_s):
+            nursery.start_soon(acp_front.finish, min(3.0, config.server.graceful_timeout_s))
+        with trio.move_on_at(deadline):
             async with trio.open_nursery() as finishing:  # what fronts still deliver (A2A webhooks)
                 for finish in manager.before_close:
                     finishing.start_soon(finish)
-    with trio.move_on_after(config.server.graceful_timeout_s):
+    with trio.move_on_at(deadline):
         await http_done.wait()
+
+
+def _ports(bound: list[str]) -> set[int]:
+    """The TCP ports of the HTTP listener, from hypercorn's "http://HOST:PORT" binds."""
+    ports = set()
+    for address in bound:
+        if address.startswith(("http://", "https://")):
+            port = address.rsplit(":", 1)[-1]
+            if port.isdigit():
+                ports.add(int(port))
+    return ports
+
+
+def _cut_connections(ports: set[int]) -> int:
+    """Shut down (both ways) every accepted TCP connection of ours on `ports`.
+
+    hypercorn keeps no list of them that we can reach, so they are found among the
+    process's descriptors: connected stream sockets whose local port is one of ours
+    (an outgoing connection never has a listener's port as its local one). `shutdown`
+    acts on the socket, not the descriptor: a write blocked on it fails at once (EPIPE)
+    and its read sees the end, so hypercorn's tasks end on their own."""
+    fd_dir = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    try:
+        fds = [int(name) for name in os.listdir(fd_dir) if name.isdigit()]
+    except OSError as exc:
+        log.warning("cannot list open connections to cut them off: %s", exc)
+        return 0
+    cut = 0
+    for fd in fds:
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # closed meanwhile, or not ours to read
+        try:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+                continue
+            if sock.getsockname()[1] not in ports:
+                continue
+            sock.getpeername()  # OSError (ENOTCONN) for the listening socket itself
+            sock.shutdown(socket.SHUT_RDWR)
+            cut += 1
+        except OSError:
+            continue
+        finally:
+            sock.close()  # the duplicate only
+    return cut

@@ -404,3 +404,70 @@ async def test_a_finished_a2a_stream_on_a_kept_alive_connection_does_not_hold_th
                 with trio.move_on_after(15):  # well under graceful_timeout_s (30 s)
                     await d.proc.wait()
                 assert d.proc.returncode == 0, f"still running {time.monotonic() - t0:.1f} s after SIGTERM:\n{d.log_text()}"
+
+
+async def _never_reading_ws(url: str, session_id: str) -> trio.SocketStream:
+    """A /ws client with a tiny receive window that subscribes, then never reads again."""
+    import base64
+    import os
+    import socket
+    import struct
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect((host, int(port)))
+    stream = trio.SocketStream(sock)
+    key = base64.b64encode(os.urandom(16)).decode()
+    await stream.send_all(
+        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some(4096)
+        assert chunk, data
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 101"), data
+    payload = json.dumps({"event": "session:subscribe", "data": {"session_id": session_id}}).encode()
+    mask = os.urandom(4)
+    n = len(payload)  # RFC 6455 §5.2: the shortest length encoding
+    frame = (bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + struct.pack("!H", n)) + mask
+    await stream.send_all(frame + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    while b"session:subscribed" not in data:  # subscribed: from here on it reads nothing
+        chunk = await stream.receive_some(4096)
+        assert chunk, data
+        data += chunk
+    return stream
+
+
+async def test_clients_that_never_read_do_not_hold_the_stop(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """Issue 13 finding 5: a /ws client that stopped reading held a graceful stop for
+    90-120 s: hypercorn shields its socket writes, so a write to a full TCP window never
+    returns. Now the stop ends within shutdown_grace_s + graceful_timeout_s + a little,
+    whatever the clients do."""
+    import httpx
+    from trio_websocket import open_websocket_url
+
+    # A queue big enough that the daemon keeps writing to the lazy sockets (no 4008 drop).
+    config = base_config(tmp_path, {"demo": demo_route()}, daemon={"shutdown_grace_s": 1},
+                         ws={"queue_max_frames": 1_000_000, "slow_client_timeout_s": 600})  # fmt: skip
+    lazy: list[trio.SocketStream] = []
+    with trio.fail_after(90):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                sid = (await h.post("/api/sessions", json={"route": "demo"})).json()["session_id"]
+            for _ in range(3):
+                lazy.append(await _never_reading_ws(d.url, sid))
+            async with open_websocket_url(d.url.replace("http://", "ws://") + "/ws", max_message_size=1 << 24) as ws:
+                # Megabytes of frames: far past what the lazy sockets' buffers hold.
+                await ws.send_message(json.dumps({"event": "chat:send", "data": {"session_id": sid, "message": "bench:60000"}}))
+                while (frame := json.loads(await ws.get_message()))["event"] != "chat:end":
+                    pass
+                assert frame["data"]["status"] == "completed", frame
+            d.signal(signal.SIGTERM)
+            # shutdown_grace_s 1 + graceful_timeout_s 1 + closing: the ceiling is generous.
+            assert await d.wait(timeout=30) == 0, d.log_text()[-4000:]
+            assert "still open at the stop's deadline: cut off" in d.log_text()
+    for stream in lazy:
+        await stream.aclose()
