@@ -449,6 +449,25 @@ async def test_route_serves_files_confined_to_its_cwd(tmp_path: Path, workdir: P
         await wait_gone(tag)
 
 
+async def test_route_refuses_fifos_and_directories_and_goes_on_serving(tmp_path: Path, workdir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 13, finding 7: 50 reads of a FIFO at once are refused (they blocked threads for
+    ever), a directory is invalid params (it was -32603 and a traceback), a file still reads."""
+    tag = marker()
+    w = str(workdir)
+    os.mkfifo(workdir / "pipe")
+    with trio.fail_after(CEILING_S):
+        async with runtime({"r": oversized_route(tag, cwd=w, fs="cwd", max_frame_bytes=1 << 20)}) as m:
+            s = await m.create("r", cwd="/")
+            rec = Recorder(s)
+            prompt = f"fifo:{w}/pipe:50 read:{w}/sub write:{w}/pipe write:{w}/sub read:{w}/a.txt"
+            assert (await turn(s, prompt)).stop_reason is ev.StopReason.END_TURN
+            text = rec.text()
+            assert "fifo=" + ",".join(["-32602"] * 50) in text
+            assert "read-error=-32602" in text and text.count("write-error=-32602") == 2 and "read=inside" in text
+            assert "Traceback" not in caplog.text and "not a regular file" in caplog.text
+        await wait_gone(tag)
+
+
 async def test_route_serves_terminals_in_its_cwd_with_an_output_limit(tmp_path: Path, workdir: Path) -> None:
     tag = marker()
     with trio.fail_after(CEILING_S):

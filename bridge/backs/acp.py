@@ -150,7 +150,7 @@ class AcpSession:
         self._lock = trio.Lock()
         self.questions = 0  # permission questions asked, for unique ids
         root = back.cfg.cwd
-        self.files = LocalFiles(root, writable=self.cfg.fs == "cwd", max_bytes=self.cfg.max_frame_bytes // 2) if root and self.cfg.fs != "off" else None  # fmt: skip
+        self.files = LocalFiles(root, writable=self.cfg.fs == "cwd", max_bytes=self.cfg.max_frame_bytes // 2, timeout_s=self.cfg.fs_timeout_s) if root and self.cfg.fs != "off" else None  # fmt: skip
         self.terminals: LocalTerminals | None = None
         if root and self.cfg.terminal:
             self.terminals = LocalTerminals(

@@ -7,6 +7,14 @@ else is refused with Forbidden. The agent runs as the same user and could reach
 the files itself: confinement limits what the *bridge* does on its behalf, so a
 route's policy means what it says.
 
+File I/O runs in worker threads, which trio cannot cancel, so nothing that can block
+for ever is ever opened: only regular files are read or written (a FIFO, socket,
+device or directory is refused as invalid params, checked with `lstat` before the open
+and `fstat` after it, the open itself non-blocking); each call is bounded by the
+route's `fs_timeout_s`, after which the thread is abandoned and the agent told; and
+the threads come from one small limiter (`FS_THREADS`), so agents can never take
+trio's default threads that DNS look-ups and the store's other work need.
+
 Terminals run without a shell, each in its own process group, in the session's
 nursery; their output is kept up to a byte limit (the oldest bytes are dropped,
 at a character boundary, as ACP asks) and they are ended with the session.
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import uuid
 from functools import partial
@@ -26,9 +35,31 @@ import trio
 
 from bridge.backs.procgroup import kill_group
 from bridge.codecs.jsonrpc import decode_params
-from bridge.errors import Forbidden, InvalidParams, NotFound
+from bridge.errors import Forbidden, InvalidParams, NotFound, Overloaded
 
-__all__ = ["LocalFiles", "LocalTerminals", "confine"]
+__all__ = ["FS_THREADS", "LocalFiles", "LocalTerminals", "confine", "fs_limiter"]
+
+FS_THREADS = 8  # worker threads for agents' file reads and writes, all routes together
+_fs_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("bridge_fs_limiter")
+# O_NONBLOCK: opening a FIFO never waits for its other end (it is refused right after);
+# O_NOFOLLOW: a symlink swapped in after `confine` is refused, not followed.
+_OPEN = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+
+
+def fs_limiter() -> trio.CapacityLimiter:
+    """The one limiter of file threads in this trio run (trio's own default is 40)."""
+    try:
+        return _fs_limiter.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(FS_THREADS)
+        _fs_limiter.set(limiter)
+        return limiter
+
+
+def _regular(st: os.stat_result, shown: str) -> None:
+    # A symlink is left to the open: O_NOFOLLOW refuses it (Forbidden, as `confine` does).
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+        raise InvalidParams(f"{shown!r} is not a regular file")
 
 
 def confine(root: str, path: Any) -> str:
@@ -75,17 +106,25 @@ class _TerminalRef(msgspec.Struct, rename="camel"):
 class LocalFiles:
     """`fs/read_text_file` and (if `writable`) `fs/write_text_file` inside `root`."""
 
-    def __init__(self, root: str, *, writable: bool, max_bytes: int) -> None:
+    def __init__(self, root: str, *, writable: bool, max_bytes: int, timeout_s: float = 10.0) -> None:
         self.root = os.path.realpath(root)
         self.writable = writable
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+
+    async def _in_thread(self, what: str, fn: Any, *args: Any) -> Any:
+        # The route's fs_timeout_s bounds the wait for a thread and the call itself; a
+        # thread past it is abandoned (it still holds its limiter token until it ends).
+        with trio.move_on_after(self.timeout_s):
+            return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True, limiter=fs_limiter())
+        raise Overloaded(f"{what} did not finish within fs_timeout_s ({self.timeout_s:g} s)")
 
     async def read(self, params: msgspec.Raw | None) -> dict[str, Any]:
         p = decode_params(params, _Read)
         real = confine(self.root, p.path)
         if p.line is not None and p.line < 1 or p.limit is not None and p.limit < 0:
             raise InvalidParams("line starts at 1 and limit is not negative")
-        text = await trio.to_thread.run_sync(self._read, real, p.path)
+        text = await self._in_thread(f"reading {p.path!r}", self._read, real, p.path)
         if p.line is not None or p.limit is not None:
             lines = text.splitlines(keepends=True)
             start = (p.line or 1) - 1
@@ -93,16 +132,18 @@ class LocalFiles:
         return {"content": text}
 
     def _read(self, real: str, shown: str) -> str:
-        # O_NOFOLLOW: a symlink swapped in after `confine` is refused, not followed.
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            _regular(os.lstat(real), shown)  # a device is not even opened
+            fd = os.open(real, os.O_RDONLY | _OPEN)
         except FileNotFoundError:
             raise NotFound(f"no file {shown!r}") from None
         except OSError as exc:
             raise Forbidden(f"cannot read {shown!r}: {exc.strerror}") from exc
         with os.fdopen(fd, "rb") as f:
-            data = f.read(self.max_bytes + 1)
-        if len(data) > self.max_bytes:
+            st = os.fstat(fd)
+            _regular(st, shown)  # what was opened, whatever was there at lstat
+            data = f.read(self.max_bytes + 1) if st.st_size <= self.max_bytes else None
+        if data is None or len(data) > self.max_bytes:
             raise InvalidParams(f"{shown!r} is larger than {self.max_bytes} bytes; read it with line and limit")
         return data.decode("utf-8", "replace")
 
@@ -113,15 +154,22 @@ class LocalFiles:
         real = confine(self.root, p.path)
         if real == self.root:
             raise InvalidParams(f"{p.path!r} is the working directory itself")
-        await trio.to_thread.run_sync(self._write, real, p.path, p.content)
+        await self._in_thread(f"writing {p.path!r}", self._write, real, p.path, p.content)
 
     def _write(self, real: str, shown: str, content: str) -> None:
         try:
             os.makedirs(os.path.dirname(real), exist_ok=True)
-            fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                _regular(os.lstat(real), shown)
+            except FileNotFoundError:
+                pass  # a new file
+            # No O_TRUNC: what was opened is checked first, and only a regular file is cut.
+            fd = os.open(real, os.O_WRONLY | os.O_CREAT | _OPEN, 0o644)
         except OSError as exc:
             raise Forbidden(f"cannot write {shown!r}: {exc.strerror}") from exc
         with os.fdopen(fd, "wb") as f:
+            _regular(os.fstat(fd), shown)
+            f.truncate(0)
             f.write(content.encode("utf-8"))
 
 
