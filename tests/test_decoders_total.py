@@ -509,7 +509,7 @@ async def test_the_daemon_answers_hostile_bytes_on_every_front_and_keeps_serving
     import trio
     from trio_websocket import ConnectionClosed, open_websocket_url
 
-    from tests.daemon_support import base_config, demo_route, start_daemon
+    from daemon_support import base_config, demo_route, start_daemon
 
     bad_utf8 = b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"\xff"}]}}}'
     deep = b"[" * 100_000 + b"]" * 100_000
@@ -557,3 +557,37 @@ async def test_the_daemon_answers_hostile_bytes_on_every_front_and_keeps_serving
                 assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
         assert d.proc.returncode is None, d.log_text()[-3000:]
 
+
+
+async def test_agent_bridge_mcp_answers_lines_that_are_not_json_with_parse_error(
+    bridge_exe: list[str], state_dir: str, clean_env: dict[str, str]
+) -> None:
+    """JSON-RPC 2.0 §5: -32700 with a null id; the SDK alone left them unanswered."""
+    import subprocess
+
+    import trio
+
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    lines = [_compact(init), b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":"\xff"}}', b"{not json", _deep(100_000),
+             b'{"jsonrpc":"2.0","id":3,"method":"ping"}']  # fmt: skip
+    proc = await trio.lowlevel.open_process(
+        [*bridge_exe, "mcp", "--state-dir", state_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env
+    )
+    try:
+        with trio.fail_after(30):
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send_all(b"\n".join(lines) + b"\n")
+            buf, got = b"", []
+            while not any(m.get("id") == 3 for m in got):
+                chunk = await proc.stdout.receive_some(65536)
+                assert chunk, "agent-bridge mcp closed stdout"
+                buf += chunk
+                *done, buf = buf.split(b"\n")
+                got += [json.loads(line) for line in done if line.strip()]
+        assert [m["error"]["code"] for m in got if m.get("id") is None] == [-32700] * 3, got
+        assert next(m for m in got if m.get("id") == 3)["result"] == {}
+    finally:
+        proc.kill()
+        with trio.CancelScope(shield=True):
+            await proc.wait()

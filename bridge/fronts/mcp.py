@@ -262,7 +262,7 @@ async def serve_mcp_stdio(config: Config, manager: SessionManager, stdin_fd: int
     front = McpFront(config, manager)
     receive = trio.lowlevel.FdStream(stdin_fd)
     send = trio.lowlevel.FdStream(stdout_fd)
-    async with ndjson_transport(receive, send) as (reads, writes), trio.open_nursery() as nursery:
+    async with ndjson_transport(receive, send, answer_parse_errors=True) as (reads, writes), trio.open_nursery() as nursery:
         await nursery.start(front.run_notifier)
         await front.server.run(reads, writes, front.server.create_initialization_options())
         nursery.cancel_scope.cancel()

@@ -121,8 +121,14 @@ async def _watched(transport: Any, closed: trio.Event) -> AsyncIterator[Any]:
         yield _WatchedRead(read, closed), write
 
 
+def _not_json(exc: ValueError) -> bool:
+    return isinstance(exc, ValidationError) and any(e["type"] == "json_invalid" for e in exc.errors())
+
+
 @contextlib.asynccontextmanager
-async def ndjson_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> AsyncIterator[Any]:
+async def ndjson_transport(
+    receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, answer_parse_errors: bool = False
+) -> AsyncIterator[Any]:
     """A byte stream pair as the SDK's (read, write) message streams: one JSON-RPC message
     per line (protocols.md §3.8), read and written with trio. A line that is not
     JSON-RPC reaches the SDK as an error (it answers or logs it); the writer sends
@@ -130,10 +136,13 @@ async def ndjson_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendS
     source's pipes and for `agent-bridge mcp`'s stdin/stdout."""
     to_sdk, reads = anyio.create_memory_object_stream[Any](64)
     writes, from_sdk = anyio.create_memory_object_stream[Any](64)
+    # A server answers a line that is not JSON with -32700 and a null id (JSON-RPC 2.0
+    # §5); the SDK only logs it. A client (a stdio source) does not answer its server.
+    to_peer = writes.clone() if answer_parse_errors else None
 
     async def reader() -> None:
         buf = b""
-        async with to_sdk:
+        async with to_sdk, to_peer if to_peer is not None else contextlib.nullcontext():
             while True:
                 try:
                     data = await receive.receive_some(65536)
@@ -148,6 +157,9 @@ async def ndjson_transport(receive: trio.abc.ReceiveStream, send: trio.abc.SendS
                             item: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
                         except ValueError as exc:
                             item = exc
+                            if to_peer is not None and _not_json(exc):
+                                error = types.ErrorData(code=types.PARSE_ERROR, message=f"Parse error: {exc.errors()[0]['msg']}")  # type: ignore[attr-defined]
+                                await to_peer.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
                         await to_sdk.send(item)
 
     async def writer() -> None:
