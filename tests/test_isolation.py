@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from bridge.backs import make_back
 from bridge.backs.base import AgentInfo, SessionContext, TurnHandle
@@ -431,3 +432,75 @@ async def test_a_ws_connection_that_has_ended_never_starts_a_task_in_its_closed_
             conn.push([(1, '{"event":"turn:patch","data":{}}')])
             conn.close(1001, "late")
             assert sent == [{"type": "websocket.accept"}]
+
+
+# -- one boundary per front: an HTTP request --------------------------------------------------
+
+
+async def test_an_http_handler_that_raises_is_that_clients_500_and_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    from bridge.fronts.http import HttpApp, send_json
+
+    app = HttpApp()
+
+    async def buggy(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
+        raise KeyError("a bug in a front")
+
+    async def fine(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
+        await send_json(send, 200, {"ok": True})
+
+    app.add("GET", "/buggy", buggy)
+    app.add("GET", "/fine", fine)
+
+    async def call(path: str) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"host", b"127.0.0.1:8765")]}
+        await app(scope, receive, send)
+        return sent
+
+    with trio.fail_after(CEILING_S):
+        sent = await call("/buggy")
+        assert sent[0]["status"] == 500 and sent[1]["body"] == b'{"detail":"internal error"}'
+        assert any(r.levelno == logging.ERROR and "GET /buggy failed" in r.getMessage() for r in caplog.records)
+        assert (await call("/fine"))[0]["status"] == 200
+
+
+async def test_an_acp_request_whose_handler_raises_is_a_32603_and_the_connection_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    import json
+
+    from bridge.fronts.acp import AcpConnection
+
+    config = make_config()
+    to_bridge_send, to_bridge_recv = trio.testing.memory_stream_one_way_pair()
+    from_bridge_send, from_bridge_recv = trio.testing.memory_stream_one_way_pair()
+
+    async def request(id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        await to_bridge_send.send_all(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode() + b"\n")
+        nonlocal buf
+        while b"\n" not in buf:
+            buf += await from_bridge_recv.receive_some()
+        line, _, buf = buf.partition(b"\n")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    buf = b""
+    with trio.fail_after(CEILING_S):
+        async with running(config) as manager, trio.open_nursery() as nursery:
+            conn = AcpConnection(to_bridge_recv, from_bridge_send, manager=manager, config=config, route="demo")
+
+            async def buggy(call: Any, params: Any) -> Any:
+                raise AttributeError("a bug in a handler")
+
+            conn._handlers["session/list"] = (conn._handlers["session/list"][0], buggy)
+            nursery.start_soon(conn.run)
+            assert "result" in await request(1, "initialize", {"protocolVersion": 1})
+            failed = await request(2, "session/list", {})
+            assert failed["id"] == 2 and failed["error"]["code"] == -32603, failed
+            assert any(r.levelno == logging.ERROR and "ACP session/list failed" in r.getMessage() for r in caplog.records)
+            assert "sessionId" in (await request(3, "session/new", {"cwd": "/w", "mcpServers": []}))["result"]
+            await to_bridge_send.aclose()

@@ -55,6 +55,7 @@ from bridge.errors import (
     BackUnavailable,
     BridgeError,
     FrameTooLarge,
+    InternalError,
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
@@ -271,6 +272,11 @@ class AcpConnection:
         except BridgeError as exc:
             log.warning("ACP %s failed: %s", call.method, exc.message)
             self._fail(call.id, exc)
+        except Exception:
+            # One request's boundary (STYLE.md rule 17): our bug is this request's -32603
+            # and a log line; the connection, its sessions and other clients go on.
+            log.exception("ACP %s failed", call.method)
+            self._fail(call.id, InternalError("internal error"))
         else:
             if result is not _LATER:
                 self._reply(call.id, result)

@@ -143,6 +143,11 @@ class HttpApp:
             except BridgeError as exc:
                 log.warning("%s %s failed: %s", scope["method"], path, exc.message)
                 await send_json(send, codes_for(exc).http, {"detail": exc.message})
+            except Exception:
+                # One request's boundary (STYLE.md rule 17): our bug is this client's 500
+                # and a log line, never the listener's or another client's.
+                log.exception("%s %s failed", scope["method"], path)
+                await _internal_error(send)
             return
         refusal = self.policy.check(scope)
         if refusal is not None:  # not even a 404 or 405 for a page that may not ask
@@ -188,6 +193,13 @@ class HttpApp:
                     nursery.cancel_scope.cancel()
                     break
         await send({"type": "lifespan.shutdown.complete"})
+
+
+async def _internal_error(send: Send) -> None:
+    try:
+        await send_json(send, 500, {"detail": "internal error"})
+    except Exception:  # the answer had begun, or the client is gone: the log line says it all
+        log.debug("no 500 sent after a failure", exc_info=True)
 
 
 def _compile(path: str) -> re.Pattern[str]:
