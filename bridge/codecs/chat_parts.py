@@ -4,8 +4,8 @@
 - Tools: tool names ↔ canonical kinds, tool statuses both ways (§6.3).
 - AskUserQuestion: a canonical `Question` as the tool call's `{"questions": [...]}`
   arguments, a chat `askuser_answer` as a canonical answer and back (§4.5, §6.4).
-- Headless output: the final text parsed as JSON and checked against `output_schema`
-  with `jsonschema` (§4.7), imported only when a schema is used.
+- Headless output: `check_output_schema` and `headless_result`, from chat_schema.py
+  (the final text checked against `output_schema`, its patterns on RE2, §4.7).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from bridge.codecs import safejson
+from bridge.codecs.chat_schema import check_output_schema, headless_result
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
@@ -30,7 +31,7 @@ from bridge.core.content import (
 )
 from bridge.core.events import Question, QuestionAnswered, QuestionOption
 from bridge.errors import InvalidParams
-from bridge.schema.chat import AskUserAnswer, Block, FileItem, ImageUrlItem, MessageItem, RunOptions, TextItem
+from bridge.schema.chat import AskUserAnswer, Block, FileItem, ImageUrlItem, MessageItem, TextItem
 
 __all__ = [
     "ASK_TOOL",
@@ -310,67 +311,3 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
         props[str(i)] = field
     prompt = "\n".join(str(x.get("question", "")) for x in questions)
     return Question(id=tool_call_id, kind="form", prompt=prompt, schema={"type": "object", "properties": props})
-
-
-# -- headless output (§4.7) -------------------------------------------------------------
-
-_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)
-
-
-def _parse_output(text: str) -> Any:
-    """The JSON in an agent's final text: all of it, a fenced block, or its outermost {...}/[...]."""
-    candidates = [text.strip()]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    for open_, close in (("{", "}"), ("[", "]")):
-        start, end = text.find(open_), text.rfind(close)
-        if 0 <= start < end:
-            candidates.append(text[start : end + 1])
-    for c in candidates:
-        if c:
-            try:
-                return safejson.decode(c)
-            except msgspec.DecodeError:
-                continue
-    raise ValueError("no JSON value found in the output")
-
-
-def _path(parts: Any) -> str:
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
-
-
-def check_output_schema(schema: dict[str, Any]) -> None:
-    """InvalidParams unless `schema` is a valid JSON Schema (of its declared draft)."""
-    from jsonschema import exceptions, validators
-
-    try:
-        validators.validator_for(schema).check_schema(schema)
-    except exceptions.SchemaError as exc:
-        raise InvalidParams(
-            f"$.output_schema{_path(exc.absolute_path)[1:]}: not a valid JSON Schema: {exc.message}"
-        ) from exc
-
-
-def headless_result(output: str, options: RunOptions) -> tuple[bool, dict[str, Any]]:
-    """`chat:end.result` of a headless run: (matched, result). Without a schema it always matches."""
-    schema = options.output_schema
-    if schema is None:
-        return True, {"output": output}
-    try:
-        value = _parse_output(output)
-    except ValueError as exc:
-        return False, {"output": output, "schema": schema, "error": f"the output is not JSON: {exc}"}
-    from jsonschema import validators
-
-    cls = validators.validator_for(schema)
-    errors = sorted(
-        cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
-    )
-    if errors:
-        found = [f"{_path(e.absolute_path)}: {e.message}" for e in errors[:20]]
-        return False, {
-            "output": value,
-            "schema": schema,
-            "error": "the output does not match output_schema: " + "; ".join(found[:5]),
-            "errors": found,
-        }
-    return True, {"output": value, "schema": schema}
