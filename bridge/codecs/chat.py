@@ -131,7 +131,12 @@ class ChatProjector(ToolCalls):
         if options is not None and (options.headless or options.output_schema is not None):
             output = "".join(b.content for b in run.root.proj.blocks if b.type == "text")
             if chat_status == "completed":
-                matched, result = headless_result(output, options)
+                check = options.check  # stored when the run first ended: not validated again
+                if check is None:
+                    matched, result = headless_result(output, options)
+                    self._keep_check(run.turn_id, {"matched": matched, "result": result})
+                else:
+                    matched, result = bool(check.get("matched")), check.get("result")
                 if not matched:
                     chat_status, finish = "failed", "output_schema"
             else:

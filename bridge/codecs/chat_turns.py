@@ -63,7 +63,7 @@ class Run:
 
 class TurnBook:
     __slots__ = (
-        "session_id", "sequence", "skip_through", "turn_times", "_run_options", "_clock", "_max", "_keep",
+        "session_id", "sequence", "skip_through", "turn_times", "_run_options", "_keep_check", "_clock", "_max", "_keep",
         "_transcript", "_run", "_tools", "_asks", "_ask_ids", "_out",
     )  # fmt: skip
 
@@ -72,6 +72,7 @@ class TurnBook:
         session_id: str,
         *,
         run_options: Callable[[str], RunOptions | None] | None = None,
+        keep_check: Callable[[str, dict[str, Any]], None] | None = None,
         turn_times: Mapping[str, tuple[float, float | None]] | None = None,
         clock: Callable[[], float] | None = None,
         block_max_chars: int = 2048,
@@ -83,6 +84,8 @@ class TurnBook:
         # Frames numbered up to here are counted but not encoded (a replay's known part).
         self.skip_through = skip_through
         self._run_options = run_options or (lambda _turn_id: None)
+        # Where a run's output check is stored, once computed (RunOptions.check).
+        self._keep_check = keep_check or (lambda _turn_id, _check: None)
         # Stored (started_at, ended_at) per canonical turn; settable until the turn is fed.
         self.turn_times: Mapping[str, tuple[float, float | None]] = turn_times or {}
         self._clock = clock

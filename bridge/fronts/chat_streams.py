@@ -67,6 +67,16 @@ def _run_options(meta: dict[str, Any]) -> Any:
     return lookup
 
 
+def _keep_check(meta: dict[str, Any]) -> Any:
+    def keep(turn_id: str, check: dict[str, Any]) -> None:
+        runs = meta.get(RUNS_KEY)  # the live session's meta: stored with the run's end
+        raw = runs.get(turn_id) if isinstance(runs, dict) else None
+        if isinstance(raw, dict):
+            raw["check"] = check
+
+    return keep
+
+
 class _Stream:
     """A session subscriber that turns its events into chat frames for its watchers."""
 
@@ -209,6 +219,7 @@ class ChatStreams:
         return ChatProjector(
             session_id,
             run_options=_run_options(meta),
+            keep_check=_keep_check(meta),
             clock=time.time if live else None,
             block_max_chars=self.cfg.block_max_chars,
             **kw,

@@ -145,6 +145,9 @@ class RunOptions(_Chat, kw_only=True):
 
     headless: bool = False
     output_schema: dict[str, Any] | None = None
+    # The output check's outcome, {"matched": bool, "result": {...}}, stored when the run
+    # first ends so that reads and replays never run the schema again (issue 13).
+    check: dict[str, Any] | None = None
 
 
 # -- server → client (§4.3, §4.4) --------------------------------------------------------
