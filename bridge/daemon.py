@@ -103,9 +103,14 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
 
     app.add("GET", "/healthz", healthz)  # type: ignore[arg-type]
     if readiness is not None or metrics is not None:
-        from bridge.health import register
+        from bridge.health import AdminToken, register
+        from bridge.logs import add_secret
 
-        register(app, readiness=readiness, metrics=metrics)
+        server = config.server
+        token = server.admin_token()
+        add_secret(token)
+        admin = AdminToken(token, configured=bool(server.admin_token_env or server.admin_token_file))
+        register(app, readiness=readiness, metrics=metrics, admin=admin, metrics_need_token=server.metrics_need_token)
 
     # The chat event stream front: /ws and the /api/sessions REST API (protocols.md §4).
     from bridge.fronts import rest

@@ -9,6 +9,14 @@ bridge/daemon.py: alive is alive).
   other routes still serve.
 - `GET /metrics`: Prometheus text format (bridge/metrics.py).
 
+Who sees what (issue 13, finding 11): the details of /readyz name routes, back URLs,
+agent command paths and prompt sources, so anyone gets only `{"status": "ready"}` or
+`{"status": "not ready"}` (and the status code); the details need
+`Authorization: Bearer <[server] admin token>`, compared in constant time. With
+`[server] metrics_need_token`, /metrics needs the same token. A token that is
+configured but cannot be read refuses everyone (fail closed). The public answer runs
+no probe, so an anonymous client cannot make the daemon call its backs.
+
 `CountConnections` wraps the ASGI app to count open WebSocket connections and HTTP
 requests in flight; it passes `send` through untouched (the chat front finds
 hypercorn's stream behind it).
@@ -16,18 +24,59 @@ hypercorn's stream behind it).
 
 from __future__ import annotations
 
+import hmac
+import logging
 from typing import Any
 
-from bridge.fronts.http import HttpApp, send_bytes, send_json
+from bridge.fronts.http import HttpApp, Scope, header, send_bytes, send_json
 
-__all__ = ["CountConnections", "register"]
+__all__ = ["AdminToken", "CountConnections", "register"]
+
+log = logging.getLogger("bridge.health")
+
+_CHALLENGE = [("www-authenticate", 'Bearer realm="agent-bridge admin"')]
 
 
-def register(app: HttpApp, *, readiness: Any = None, metrics: Any = None) -> None:
+class AdminToken:
+    """`[server] admin_token_env`/`admin_token_file`, read once at start-up."""
+
+    __slots__ = ("_token", "configured")
+
+    def __init__(self, token: str | None, *, configured: bool) -> None:
+        self._token, self.configured = token, configured
+        if configured and token is None:
+            log.error("[server] names an admin token but it cannot be read: /readyz details are refused to everyone")
+
+    def __repr__(self) -> str:
+        return f"AdminToken({'<set>' if self._token else None})"
+
+    def check(self, scope: Scope) -> bool | None:
+        """True: the right token; False: a wrong one (or none can be read); None: no Authorization."""
+        value = header(scope, "authorization")
+        if value is None:
+            return None
+        scheme, _, given = value.partition(" ")
+        if self._token is None or scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self._token.encode())
+
+
+def register(
+    app: HttpApp, *, readiness: Any = None, metrics: Any = None, admin: AdminToken | None = None, metrics_need_token: bool = False
+) -> None:
+    admin = admin if admin is not None else AdminToken(None, configured=False)
     if readiness is not None:
 
         async def readyz(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
-            ready, body = await readiness.report()
+            authed = admin.check(scope)
+            if authed is False:
+                await send_json(send, 401, {"detail": "invalid admin token"}, headers=_CHALLENGE)
+                return
+            if authed:
+                ready, body = await readiness.report()
+            else:  # the same rule as Readiness.report, without its probes or names
+                ready = bool(readiness.listeners_ready and readiness.store_ready and readiness.manager.accepting)
+                body = {"status": "ready" if ready else "not ready"}
             await send_json(send, 200 if ready else 503, body)
 
         app.add("GET", "/readyz", readyz)
@@ -35,6 +84,9 @@ def register(app: HttpApp, *, readiness: Any = None, metrics: Any = None) -> Non
         from bridge.metrics import CONTENT_TYPE
 
         async def metrics_page(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
+            if metrics_need_token and not admin.check(scope):
+                await send_json(send, 401, {"detail": "/metrics needs the admin token ([server] metrics_need_token)"}, headers=_CHALLENGE)
+                return
             await send_bytes(send, 200, metrics.render(), content_type=CONTENT_TYPE)
 
         app.add("GET", "/metrics", metrics_page)

@@ -142,3 +142,6 @@ def setup(level: str, fmt: str = "text") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))
+    # httpx logs every request's whole URL at INFO; a webhook's or a back's path and query
+    # may carry a secret, so only its warnings pass (we log URLs as origins ourselves).
+    logging.getLogger("httpx").setLevel(max(root.level, logging.WARNING))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -220,7 +221,8 @@ async def test_doctor_without_prompt_sources_does_not_load_the_mcp_sdk(tmp_path:
 
 async def test_readyz_reports_the_daemons_prompt_sources(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:
     Control(tmp_path / "team.json", [dict(p) for p in TEAM_PROMPTS])
-    doc = base_config(tmp_path, {"demo": demo_route()}, daemon={"probe_interval_s": 0})
+    doc = base_config(tmp_path, {"demo": demo_route()}, daemon={"probe_interval_s": 0}, server={"admin_token_file": str(tmp_path / "admin")})
+    (tmp_path / "admin").write_text("adm\n")  # /readyz details need the admin token
     doc["prompt_sources"] = [
         {"name": "team", "command": [sys.executable, str(PROMPTS_SERVER), str(tmp_path / "team.json")]},
         {"name": "missing", "command": ["/nonexistent/prompt-server"], "retry_initial_s": 30},
@@ -228,8 +230,9 @@ async def test_readyz_reports_the_daemons_prompt_sources(bridge_exe: list[str], 
     with trio.fail_after(60):
         async with start_daemon(bridge_exe, tmp_path, clean_env, doc) as d:
             while True:
-                status, body = await d.get("/readyz")
-                ready = json.loads(body)
+                async with httpx.AsyncClient(timeout=10) as h:
+                    r = await h.get(d.url + "/readyz", headers={"authorization": "Bearer adm"})
+                status, ready = r.status_code, r.json()
                 sources = ready["prompt_sources"]
                 if all(s["status"] != "not checked" for s in sources.values()):
                     break

@@ -287,3 +287,113 @@ async def test_daemon_refuses_cross_site_and_rebound_requests_on_every_front(
                     assert not ok and exc.status_code == 403, origin
                     assert "allowed_origins" in json.loads(exc.body or b"{}")["detail"]
             assert await _sessions(h) == 1
+
+
+# -- leaks (finding 11) -----------------------------------------------------------------------
+
+ADMIN = "adm-Tok3n-for-tests"
+
+
+def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def test_readyz_metrics_push_configs_and_logs_keep_secrets(
+    bridge_exe: list[str], tmp_path: Any, clean_env: dict[str, str]
+) -> None:
+    import os
+    import stat
+
+    import httpx
+
+    from daemon_support import base_config, demo_route, start_daemon
+
+    far = {"back": {"kind": "a2a", "url": "http://127.0.0.1:9/far-SECRET-path/agent", "connect_timeout_s": 1}}
+    config = base_config(
+        tmp_path, {"demo": demo_route(), "far": far},
+        server={"admin_token_env": "BRIDGE_ADMIN_TOKEN", "metrics_need_token": True},
+        daemon={"probe_interval_s": 0, "probe_timeout_s": 2},
+        a2a={"push_allowed_hosts": ["127.0.0.1"], "push_max_attempts": 1},
+    )  # fmt: skip
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    v10 = {"a2a-version": "1.0"}
+    with trio.fail_after(60):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config, extra_env={"BRIDGE_ADMIN_TOKEN": ADMIN}) as d:
+            async with httpx.AsyncClient(base_url=d.url, timeout=10) as h:
+                # /readyz: anyone learns ready or not, nothing else
+                r = await h.get("/readyz")
+                assert r.status_code == 200 and r.json() == {"status": "ready"}, r.text
+                assert (await h.get("/readyz", headers={"authorization": "Bearer wrong"})).status_code == 401
+                r = await h.get("/readyz", headers=admin)
+                assert r.status_code == 200 and r.json()["routes"]["far"]["status"] == "FAILED", r.text
+                assert "far-SECRET-path" in r.text or "127.0.0.1:9" in r.text
+                # /metrics behind the same token (metrics_need_token)
+                for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": ADMIN}):
+                    r = await h.get("/metrics", headers=headers)
+                    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer") and "agent_bridge" not in r.text
+                r = await h.get("/metrics", headers=admin)
+                assert r.status_code == 200 and "agent_bridge_" in r.text
+
+                # Push configs: a refused webhook is logged as its origin; answers carry no credentials.
+                r = await h.post("/a2a/demo", json=_rpc("SendMessage", {"message": {
+                    "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}), headers=v10)  # fmt: skip
+                task_id = r.json()["result"]["task"]["id"]
+                bad = "http://user:pw-SECRET@evil.example:9/hook/path-SECRET?key=query-SECRET"
+                r = await h.post("/a2a/demo", json=_rpc("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": bad}), headers=v10)
+                assert "error" in r.json() and "http://evil.example:9" in r.json()["error"]["message"], r.text
+                hook = {"taskId": task_id, "id": "h1", "url": "http://127.0.0.1:9/hook/p2-SECRET?k=q2-SECRET", "token": "tok-SECRET",
+                        "authentication": {"scheme": "Bearer", "credentials": "cred-SECRET"}}  # fmt: skip
+                created = await h.post("/a2a/demo", json=_rpc("CreateTaskPushNotificationConfig", hook), headers=v10)
+                got = await h.post("/a2a/demo", json=_rpc("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "h1"}), headers=v10)
+                listed = await h.post("/a2a/demo", json=_rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), headers=v10)
+                rest = await h.get(f"/a2a/demo/tasks/{task_id}/pushNotificationConfigs", headers=v10)
+                for answer in (created, got, listed, rest):
+                    assert answer.status_code == 200 and "h1" in answer.text, answer.text
+                    assert "tok-SECRET" not in answer.text and "cred-SECRET" not in answer.text, answer.text
+                assert got.json()["result"]["authentication"]["scheme"] == "Bearer"
+        log = d.log_text()
+    for secret in ("pw-SECRET", "path-SECRET", "query-SECRET", "tok-SECRET", "cred-SECRET", ADMIN):
+        assert secret not in log, secret
+    assert "evil.example:9" in log  # the refusal is logged, as an origin
+    # The store's files are the owner's alone.
+    files = list((tmp_path / "state").glob("bridge.sqlite3*"))
+    assert files
+    for path in files:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+
+
+async def test_an_older_world_readable_store_is_narrowed_to_0600(tmp_path: Any) -> None:
+    import os
+    import sqlite3
+    import stat
+
+    from bridge.store import open_store
+
+    db = tmp_path / "bridge.sqlite3"
+    sqlite3.connect(db).close()
+    os.chmod(db, 0o644)
+    store = open_store(str(tmp_path))
+    with trio.fail_after(20):
+        await store.open()
+        try:
+            names = sorted(p.name for p in tmp_path.glob("bridge.sqlite3*"))
+            assert "bridge.sqlite3-wal" in names  # WAL mode: created at open, with the database's mode
+            for name in names:
+                assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o600, name
+        finally:
+            await store.close()
+
+
+def test_httpx_never_logs_whole_urls() -> None:
+    import logging
+
+    from bridge import logs
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("httpx").level)
+    try:
+        logs.setup("debug")
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)  # "HTTP Request: POST <whole URL>"
+    finally:
+        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+        logging.getLogger("httpx").setLevel(saved[2])

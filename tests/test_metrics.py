@@ -36,13 +36,17 @@ async def test_health_readiness_and_metrics(bridge_exe: list[str], tmp_path: Pat
     coder = {"back": {"kind": "acp", "command": [*bridge_exe, "acp", "demo", "--config", str(child), "--state-dir", str(tmp_path / "cs")]}}
     unreachable = {"back": {"kind": "a2a", "url": "http://127.0.0.1:9/agent", "connect_timeout_s": 1}}
     routes = {"demo": demo_route(), "coder": coder, "far": unreachable}
-    config = base_config(tmp_path, routes, daemon={"probe_interval_s": 0, "probe_timeout_s": 3})
+    # /readyz details need the admin token (tests/test_http_policy.py: without it, only the status).
+    config = base_config(tmp_path, routes, daemon={"probe_interval_s": 0, "probe_timeout_s": 3}, server={"admin_token_env": "ADMIN_T"})
     with trio.fail_after(60):
-        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config, extra_env={"ADMIN_T": "adm"}) as d:
             status, body = await d.get("/healthz")
             assert status == 200 and json.loads(body) == {"status": "ok"}
-            status, body = await d.get("/readyz")
-            ready = json.loads(body)
+            import httpx
+
+            async with httpx.AsyncClient(timeout=10) as h:
+                r = await h.get(d.url + "/readyz", headers={"authorization": "Bearer adm"})
+            status, ready = r.status_code, r.json()
             # A back that cannot be reached is reported, and the daemon is still ready.
             assert status == 200 and ready["listeners"] and ready["store"] and ready["accepting"], ready
             assert ready["routes"]["demo"]["status"] == "ok"

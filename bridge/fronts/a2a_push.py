@@ -87,8 +87,16 @@ def _split_entry(entry: str) -> tuple[str, int | None]:
 
 
 def _origin(url: str) -> str:
-    u = urlsplit(url)
-    return f"{u.scheme}://{u.hostname}{':' + str(u.port) if u.port else ''}"
+    """A webhook URL fit for a log line or an error: scheme://host[:port] only. Its path,
+    query and user info may hold the receiver's secret (many webhooks carry one there)."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError:
+        return "(not a valid URL)"
+    host = u.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{u.scheme}://{host}{':' + str(port) if port else ''}"
 
 
 class _Hook:
@@ -137,7 +145,7 @@ class PushService:
             raise InvalidParams("the push notification config needs a url")
         if not host_allowed(config.url, self.cfg.push_allowed_hosts):
             raise InvalidParams(
-                f"webhook {config.url!r} is not allowed: it must be http(s), without user info, to a host in [a2a] push_allowed_hosts"
+                f"webhook {_origin(config.url)} is not allowed: it must be http(s), without user info, to a host in [a2a] push_allowed_hosts"
             )
 
     # -- configs ---------------------------------------------------------------------------
@@ -287,5 +295,10 @@ class PushService:
 
 
 def _config(task_id: str, c: dict[str, Any]) -> s.TaskPushNotificationConfig:
-    auth = s.AuthenticationInfo(scheme=str(c["scheme"]), credentials=c.get("credentials")) if c.get("scheme") else None
-    return s.TaskPushNotificationConfig(url=str(c["url"]), task_id=task_id, id=str(c["id"]), token=c.get("token"), authentication=auth)
+    """A stored config as every answer gives it (Create, Get, List): without `token` and
+    `authentication.credentials`, what the webhook receiver checks (A2A 1.0
+    `TaskPushNotificationConfig`; `credentials` become the `Authorization` it gets).
+    Any client that may read the task may read its configs; only the one that set
+    them should hold those (issue 13, finding 11). The scheme stays: it is no secret."""
+    auth = s.AuthenticationInfo(scheme=str(c["scheme"])) if c.get("scheme") else None
+    return s.TaskPushNotificationConfig(url=str(c["url"]), task_id=task_id, id=str(c["id"]), authentication=auth)

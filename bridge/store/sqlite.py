@@ -148,8 +148,17 @@ def _write(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -
 
 def _connect(state_dir: str) -> sqlite3.Connection:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(state_dir, DB_FILENAME)
+    # Transcripts and push credentials live here: owner only (issue 13, finding 11). The
+    # file is made 0600 before SQLite opens it, and SQLite gives its -wal and -shm files
+    # the database file's mode (os_unix.c, findCreateFileMode); no umask change, which
+    # would reach every thread. An older store's files are narrowed too.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for name in (path, path + "-wal", path + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(name, 0o600)
     # isolation_level=None: no implicit transactions; `_write` and `_run_batch` open them.
-    conn = sqlite3.connect(os.path.join(state_dir, DB_FILENAME), isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         _set_wal(conn)
