@@ -363,3 +363,87 @@ class AcpClient:
 
     async def prompt(self, session_id: str, text: str) -> int:
         return await self.start("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})
+
+
+# -- a normal turn on every front (the fault-injection and fuzz suites) -------------------------
+
+PEERS = TESTS / "peers"
+ACP_SDK_CLIENT = PEERS / "acp_sdk_client.py"
+
+
+async def _a2a_turn(d: Daemon, route: str, word: str) -> None:
+    import httpx
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": f"alive-{word}", "role": "ROLE_USER", "parts": [{"text": f"a2a {word}"}]}}}  # fmt: skip
+    async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+        r = await h.post(f"/a2a/{route}", json=body, headers={"A2A-Version": "1.0"})
+    assert r.status_code == 200, r.text
+    task = r.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    assert f"a2a {word}" in json.dumps(task), task
+
+
+async def _ws_and_rest_turn(d: Daemon, route: str, word: str) -> None:
+    import httpx
+    from trio_websocket import open_websocket_url
+
+    async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+        r = await h.post("/api/sessions", json={"route": route})
+        assert r.status_code == 200, r.text
+        sid = r.json()["session_id"]
+        async with open_websocket_url(d.url.replace("http://", "ws://") + "/ws") as ws:
+            await ws.send_message(json.dumps({"event": "chat:send", "data": {"session_id": sid, "message": f"ws {word}"}}))
+            while True:
+                frame = json.loads(await ws.get_message())
+                assert frame["event"] != "system:error", frame
+                if frame["event"] == "chat:end":
+                    assert frame["data"]["status"] == "completed", frame
+                    break
+        r = await h.get(f"/api/sessions/{sid}/messages")
+        assert r.status_code == 200, r.text
+        assert f"ws {word}" in r.text and f"You said: ws {word}" in r.text, r.text
+
+
+async def _mcp_turn(d: Daemon, route: str, word: str) -> None:
+    from mcp import Client
+
+    async with Client(d.url + "/mcp", mode="legacy", cache=None) as client:
+        result = await client.call_tool(route, {"prompt": f"mcp {word}"})
+    assert not result.is_error, result
+    assert result.content[0].text == f"You said: mcp {word}", result
+
+
+async def _acp_turn(d: Daemon, route: str, word: str, env: dict[str, str]) -> None:
+    """The official ACP Python SDK (its own process) through `agent-bridge acp --connect`."""
+    import sys
+
+    assert d.acp_socket is not None
+    exe = Path(sys.executable).with_name("agent-bridge")
+    shim = [str(exe), "acp", route, "--connect", d.acp_socket]
+    opts = {"cwd": str(d.config.parent), "timeout_s": 30}
+    proc = await trio.run_process(
+        [sys.executable, str(ACP_SDK_CLIENT), "persist_write", json.dumps(opts), *shim],
+        capture_stdout=True, capture_stderr=True, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    report = json.loads(proc.stdout)
+    assert "crash" not in report, report["crash"]
+    for name in ("prompt1", "prompt2"):
+        assert report["results"][name] == {"result": {"stopReason": "end_turn"}}, report["results"]
+
+
+async def assert_serves_every_front(d: Daemon, env: dict[str, str], *, route: str = "demo", word: str = "alive") -> None:
+    """One normal turn on every front at once: A2A JSON-RPC, /ws chat:send then REST history,
+    MCP tools/call (the `mcp` SDK) and ACP (the ACP SDK through `agent-bridge acp --connect`)."""
+    assert d.proc.returncode is None, f"the daemon died: {d.log_text()[-4000:]}"
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_a2a_turn, d, route, word)
+                nursery.start_soon(_ws_and_rest_turn, d, route, word)
+                nursery.start_soon(_mcp_turn, d, route, word)
+                nursery.start_soon(_acp_turn, d, route, word, env)
+    except BaseException as exc:
+        exc.add_note(f"--- daemon log (tail):\n{d.log_text()[-4000:]}")
+        raise
