@@ -383,8 +383,6 @@ class ServerConfig(_Conf):
     max_json_depth: Annotated[int, msgspec.Meta(ge=8, le=512)] = 64
 
     def __post_init__(self) -> None:
-        if self.admin_token_env and self.admin_token_file:
-            raise ValueError("set admin_token_env or admin_token_file, not both")
         if self.metrics_need_token and not (self.admin_token_env or self.admin_token_file):
             raise ValueError("metrics_need_token needs admin_token_env or admin_token_file")
         for origin in self.allowed_origins:
@@ -395,8 +393,9 @@ class ServerConfig(_Conf):
                 raise ValueError(f"allowed_hosts: {host!r} is not a host name (without a port)")
 
     def admin_token(self) -> str | None:
-        """The operators' token; None when none is configured or it cannot be read."""
-        return _read_secret(self.admin_token_env, self.admin_token_file)
+        """The operators' token: `admin_token_env`'s value if set, else `admin_token_file`'s
+        content; None when neither yields one (then every admin request is refused)."""
+        return _read_secret(self.admin_token_env, None) or _read_secret(None, self.admin_token_file)
 
 
 class DaemonConfig(_Conf):
