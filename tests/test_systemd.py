@@ -147,7 +147,7 @@ async def _activated_session(tmp_path: Path, bridge_exe: list[str], clean_env: d
             except OSError:
                 await trio.sleep(0.02)  # the wrapper has not bound it yet
         async with stream:
-            await stream.send_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n")
+            await stream.send_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
             data = b""
             while chunk := await stream.receive_some(65536):
                 data += chunk

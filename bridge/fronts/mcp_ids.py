@@ -1,4 +1,5 @@
-"""`/mcp`: requests of one session that reuse an id still in flight are answered in turn.
+"""`/mcp`: requests of one session that reuse an id still in flight are answered in turn;
+a POST whose client leaves before its body is whole never reaches the SDK.
 
 MCP basic §"Requests": an id MUST NOT have been used before by the requestor in the
 same session, but clients that share an `Mcp-Session-Id` (workers of one client,
@@ -56,12 +57,17 @@ class IdGate:
     async def serve(self, scope: Scope, receive: Any, handle: Callable[[Any], Awaitable[None]]) -> None:
         """Run `handle(receive)` for this request, after any request of its session with
         its id. The body is read here (bounded) and given to `handle` unchanged."""
-        session = header(scope, "mcp-session-id")
-        if scope["method"] != "POST" or session is None:
+        if scope["method"] != "POST":
             await handle(receive)
             return
         held, replay = await self._buffer(receive)
-        key = self._key(session, held)
+        if held[-1]["type"] == "http.disconnect":
+            # The client left before its body was whole: nobody is there to answer,
+            # and the SDK would log the client's leaving as its own error, traceback
+            # and all (a hostile client could fill the log with them).
+            return
+        session = header(scope, "mcp-session-id")
+        key = self._key(session, held) if session is not None else None
         if key is None:
             await handle(replay)
             return
