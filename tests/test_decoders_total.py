@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -551,6 +552,9 @@ async def test_the_daemon_answers_hostile_bytes_on_every_front_and_keeps_serving
                     with pytest.raises(ConnectionClosed) as closed:
                         await ws.get_message()
                     assert closed.value.reason.code == 1007
+                # A *text* frame that is not UTF-8 is refused by the WebSocket layer itself
+                # (wsproto), which must still send the close frame, 1007 (RFC 6455 §8.1).
+                assert await _raw_text_frame_close_code(d.url, b'{"event":"\xff"}') == 1007
                 # And a normal turn still runs.
                 r = await h.post("/a2a/demo", headers=json_type, json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
                     "message": {"messageId": "ok", "role": "ROLE_USER", "parts": [{"text": "alive"}]}}})  # fmt: skip
@@ -591,3 +595,27 @@ async def test_agent_bridge_mcp_answers_lines_that_are_not_json_with_parse_error
         proc.kill()
         with trio.CancelScope(shield=True):
             await proc.wait()
+
+
+async def _raw_text_frame_close_code(url: str, payload: bytes) -> int | None:
+    """Send one text frame holding any bytes (no WebSocket library will), return the close code."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    async with await trio.open_tcp_stream(host, int(port)) as s:
+        await s.send_all(
+            f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += await s.receive_some(4096)
+        buf = buf.split(b"\r\n\r\n", 1)[1]
+        assert len(payload) < 126
+        await s.send_all(bytes([0x81, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)  # a zero mask
+        while chunk := await s.receive_some(4096):
+            buf += chunk
+    while len(buf) >= 2:
+        opcode, n = buf[0] & 0x0F, buf[1] & 0x7F
+        if opcode == 8:
+            return int.from_bytes(buf[2:4], "big") if n >= 2 else None
+        buf = buf[2 + n :]
+    return None

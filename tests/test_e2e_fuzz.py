@@ -373,6 +373,7 @@ class RawWs:
     def __init__(self, stream: trio.SocketStream, buf: bytes) -> None:
         self.stream = stream
         self.buf = buf
+        self.reset = False  # the server's TCP stack reset the connection (RST, not FIN)
 
     @classmethod
     async def open(cls, d: Daemon) -> RawWs:
@@ -410,6 +411,7 @@ class RawWs:
             try:
                 chunk = await self.stream.receive_some(1 << 20)
             except trio.BrokenResourceError:
+                self.reset = True
                 return False
             if not chunk:
                 return False
@@ -468,7 +470,7 @@ async def test_fuzz_ws_frames(bridge_exe: list[str], tmp_path: Path, env: dict[s
                 while True:
                     got = await ws.frame()
                     if got is None:
-                        report.fail(case, kind, data, "the connection dropped without a close frame")
+                        report.fail(case, kind, data, f"the connection dropped without a close frame (reset: {ws.reset})")
                         break
                     op, payload = got
                     if op == 8:

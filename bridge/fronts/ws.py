@@ -61,7 +61,15 @@ from bridge.errors import (
 from bridge.fronts.chat_access import Access
 from bridge.fronts.chat_streams import RUNS_KEY, ChatStreams, TextFrame
 from bridge.fronts.http import Scope
-from bridge.fronts.ws_send import AsgiSender, FrameQueue, Gone, HypercornSender, hypercorn_stream, sender_for
+from bridge.fronts.ws_send import (
+    AsgiSender,
+    FrameQueue,
+    Gone,
+    HypercornSender,
+    close_frame_on_protocol_error,
+    hypercorn_stream,
+    sender_for,
+)
 from bridge.schema import chat
 from bridge.session import SessionManager
 
@@ -213,6 +221,8 @@ class _Connection:
         stream = hypercorn_stream(self.send)
         if stream is not None and not self.cfg.permessage_deflate:
             stream.handshake.extensions = None  # do not negotiate deflate (zlib state per connection)
+        if stream is not None:
+            close_frame_on_protocol_error(stream)
         await self.send({"type": "websocket.accept"})
         self.sender = sender_for(self.send, stream, self.cfg.batch_writes)
         try:

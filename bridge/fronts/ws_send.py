@@ -15,7 +15,15 @@ from typing import Any
 
 import trio
 
-__all__ = ["AsgiSender", "FrameQueue", "Gone", "HypercornSender", "hypercorn_stream", "sender_for"]
+__all__ = [
+    "AsgiSender",
+    "FrameQueue",
+    "Gone",
+    "HypercornSender",
+    "close_frame_on_protocol_error",
+    "hypercorn_stream",
+    "sender_for",
+]
 
 
 class Gone(Exception):
@@ -96,6 +104,44 @@ def hypercorn_stream(send: Any) -> Any:
     if isinstance(stream, WSStream) and all(hasattr(stream, a) for a in ("handshake", "send", "stream_id", "closed")):
         return stream
     return None
+
+
+def close_frame_on_protocol_error(stream: Any) -> None:
+    """Make hypercorn send the close frame when wsproto fails the connection.
+
+    A frame wsproto refuses (a text message that is not UTF-8: RFC 6455 §8.1, close
+    1007; a bad opcode or mask: 1002) comes out of `Connection.events()` as a
+    `CloseConnection` while the connection is still OPEN. hypercorn 0.18
+    (`WSStream._handle_events`) answers a close only in REMOTE_CLOSING, so it drops
+    the TCP connection without one, where §7.1.7 says the endpoint SHOULD send a
+    Close frame with the status code. Wrapping `events()` so that such a close moves
+    the connection to REMOTE_CLOSING makes hypercorn answer it with that code.
+
+    Called before `websocket.accept`: the connection is made inside the accept, and
+    the client's first frame may be read before the accept's `send` returns to us.
+    """
+    handshake = getattr(stream, "handshake", None)
+    accept = getattr(handshake, "accept", None)
+    if accept is None:
+        return
+    from wsproto.connection import ConnectionState
+    from wsproto.events import CloseConnection
+
+    def accept_failing_with_close_frame(*args: Any, **kwargs: Any) -> Any:
+        status, headers, conn = accept(*args, **kwargs)
+        events = conn.events
+
+        def failing_with_close_frame() -> Any:
+            for event in events():
+                if isinstance(event, CloseConnection) and conn.state is ConnectionState.OPEN:
+                    conn._state = ConnectionState.REMOTE_CLOSING
+                yield event
+
+        if hasattr(conn, "_state"):
+            conn.events = failing_with_close_frame
+        return status, headers, conn
+
+    handshake.accept = accept_failing_with_close_frame
 
 
 class FrameQueue:
