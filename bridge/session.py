@@ -80,7 +80,7 @@ from bridge.logs import set_log_ids
 from bridge.prompts.registry import Invocation, PromptRegistry
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
 
-__all__ = ["Session", "SessionManager", "Subscriber", "Turn", "TurnObserver"]
+__all__ = ["Session", "SessionManager", "Subscriber", "SupervisedNursery", "Turn", "TurnObserver"]
 
 log = logging.getLogger("bridge.session")
 
@@ -124,6 +124,54 @@ def _protocol_of(sub: Subscriber) -> str:
         tail = module.rsplit(".", 1)[-1]
         return "chat" if tail.startswith(("chat", "ws", "rest")) else tail.split("_")[0]
     return module.rsplit(".", 1)[-1]
+
+
+class SupervisedNursery:
+    """The manager's nursery as lent to backs and fronts (`BackSession.shared_nursery`):
+    what they start there cannot take the manager, and with it every session, down.
+
+    A task that raises is logged (ERROR: ours to fix) and ends alone. With `start`, an
+    exception raised before the task reports itself started still reaches the caller,
+    whose own boundary (a turn, a request) turns it into that client's error.
+    """
+
+    __slots__ = ("_nursery",)
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    @property
+    def cancel_scope(self) -> trio.CancelScope:
+        return self._nursery.cancel_scope
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> None:
+        self._nursery.start_soon(self._guarded, fn, args, name=name or fn)
+
+    async def start(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> Any:
+        return await self._nursery.start(self._guarded, fn, args, name=name or fn)
+
+    @staticmethod
+    async def _guarded(
+        fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        started = False
+
+        class _Status:
+            def started(self, value: Any = None) -> None:
+                nonlocal started
+                started = True
+                task_status.started(value)
+
+        try:
+            if task_status is trio.TASK_STATUS_IGNORED:
+                started = True
+                await fn(*args)
+            else:
+                await fn(*args, task_status=_Status())
+        except Exception:
+            if not started:
+                raise  # to the caller of `start`
+            log.exception("a task a session lent the daemon's nursery failed; it ends alone")
 
 
 def new_id() -> str:
@@ -360,9 +408,9 @@ class Session:
         self._emit(OptionsChanged(options=self.config_options()))
 
     @property
-    def shared_nursery(self) -> trio.Nursery:
+    def shared_nursery(self) -> SupervisedNursery:
         assert self.manager._nursery is not None
-        return self.manager._nursery
+        return SupervisedNursery(self.manager._nursery)
 
     # -- events ---------------------------------------------------------------------
     def _emit(self, event: Event) -> None:

@@ -286,6 +286,36 @@ async def test_a_back_task_that_raises_ends_only_its_session(caplog: pytest.LogC
             assert (await other.start_turn(prompt("hello")).wait()).stop_reason is ev.StopReason.END_TURN
 
 
+async def test_a_task_in_the_shared_nursery_that_raises_ends_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """What backs and fronts start in the daemon-wide nursery (a multiplexed agent, A2A
+    webhook deliveries) cannot take the manager, and every session, down with it."""
+
+    async def bug() -> None:
+        raise LookupError("a bug in a shared task")
+
+    async def fails_before_started(*, task_status: trio.TaskStatus[None]) -> None:
+        raise KeyError("cannot start")
+
+    async def starts_then_fails(*, task_status: trio.TaskStatus[str]) -> None:
+        task_status.started("up")
+        await trio.lowlevel.checkpoint()
+        raise ValueError("failed later")
+
+    with trio.fail_after(CEILING_S):
+        async with running() as manager:
+            session = await manager.create("demo")
+            shared = session.shared_nursery
+            shared.start_soon(bug)
+            with pytest.raises(KeyError):  # before `started`: the caller hears of it
+                await shared.start(fails_before_started)
+            assert await shared.start(starts_then_fails) == "up"
+            # The manager and its sessions go on.
+            assert (await session.start_turn(prompt("hello")).wait()).stop_reason is ev.StopReason.END_TURN
+            assert (await (await manager.create("demo")).start_turn(prompt("hi")).wait()).stop_reason is ev.StopReason.END_TURN
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR and "ends alone" in r.getMessage()]
+    assert len(failed) == 2
+
+
 # -- the turn idle deadline --------------------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ from bridge.backs.acp_setup import (
     said,
     setup_decoder,
 )
-from bridge.backs.base import AgentInfo, SessionContext, TurnHandle
+from bridge.backs.base import AgentInfo, SessionContext, TaskSpawner, TurnHandle
 from bridge.codecs import safejson
 from bridge.codecs.acp import to_turn
 from bridge.codecs.jsonrpc import decode_params
@@ -97,7 +97,7 @@ class AcpBack:
                 self._shared = await self._spawn(session, nursery)
             return self._shared
 
-    async def _spawn(self, session: AcpSession, nursery: trio.Nursery) -> AgentProcess:
+    async def _spawn(self, session: AcpSession, nursery: trio.Nursery | TaskSpawner) -> AgentProcess:
         cfg = self.cfg
         services = session.ctx.host.client_services if session.ctx.host is not None else None
         # Offer the agent what is there at spawn time (protocols.md §1.4): the editor's

@@ -35,7 +35,7 @@ import msgspec
 import trio
 
 from bridge import __version__
-from bridge.backs.base import TurnHandle
+from bridge.backs.base import TaskSpawner, TurnHandle
 from bridge.backs.procgroup import describe_exit, kill_group
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
 from bridge.codecs import safejson
@@ -209,7 +209,7 @@ class AgentProcess:
         ids = ",".join(h.session_id for h in self.sessions.values()) or self.owner
         return f"route {self.route} session {ids}"
 
-    async def start(self, *, nursery: trio.Nursery) -> InitResult:
+    async def start(self, *, nursery: trio.Nursery | TaskSpawner) -> InitResult:
         """Spawn the agent in `nursery`, then `initialize` (and `authenticate`)."""
         await nursery.start(self._host)
         if self.dead is not None:

@@ -20,7 +20,7 @@ import trio
 from bridge.core.content import ContentBlock
 from bridge.core.events import CommandInfo, ConfigOption, Event, Question, QuestionAnswered, StopReason
 
-__all__ = ["AgentInfo", "Back", "BackSession", "ClientServices", "SessionContext", "SessionHost", "TurnHandle"]
+__all__ = ["AgentInfo", "Back", "BackSession", "ClientServices", "SessionContext", "SessionHost", "TaskSpawner", "TurnHandle"]
 
 
 class AgentInfo(msgspec.Struct, kw_only=True):
@@ -61,6 +61,14 @@ class ClientServices(Protocol):
     async def call(self, method: str, params: Any) -> msgspec.Raw | None: ...
 
 
+class TaskSpawner(Protocol):
+    """The part of a nursery a back may use (`start_soon`, `start`)."""
+
+    def start_soon(self, fn: Any, *args: Any, name: object = None) -> None: ...
+
+    async def start(self, fn: Any, *args: Any, name: object = None) -> Any: ...
+
+
 class SessionHost(Protocol):
     """The live session as a back sees it outside a turn."""
 
@@ -73,8 +81,9 @@ class SessionHost(Protocol):
         """The options the back's agent offers; announced with the route's own."""
 
     @property
-    def shared_nursery(self) -> trio.Nursery:
-        """Lives as long as the daemon: for what a back shares between sessions."""
+    def shared_nursery(self) -> TaskSpawner:
+        """Lives as long as the daemon: for what a back shares between sessions. A task
+        that fails there is logged and ends alone (bridge/session.py, SupervisedNursery)."""
 
 
 class TurnHandle(Protocol):
