@@ -37,6 +37,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridge import __version__
+from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.core.content import ContentBlock
 from bridge.errors import PromptError
 from bridge.prompts import stdio
@@ -50,6 +51,7 @@ log = logging.getLogger("bridge.prompts")
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 logging.getLogger("mcp").setLevel(logging.WARNING)
 
+MAX_LINE_BYTES = 8 * 1024 * 1024  # one stdio JSON-RPC line at most (DESIGN.md: frames are bounded)
 _MAX_PAGES = 1000  # a server whose cursor never ends cannot hang a listing
 _FOREIGN = (MCPError, ValidationError, httpx2.HTTPError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
@@ -127,13 +129,19 @@ def _not_json(exc: ValueError) -> bool:
 
 @contextlib.asynccontextmanager
 async def ndjson_transport(
-    receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, answer_parse_errors: bool = False
+    receive: trio.abc.ReceiveStream,
+    send: trio.abc.SendStream,
+    *,
+    answer_parse_errors: bool = False,
+    max_frame_bytes: int = MAX_LINE_BYTES,
 ) -> AsyncIterator[Any]:
     """A byte stream pair as the SDK's (read, write) message streams: one JSON-RPC message
     per line (protocols.md §3.8), read and written with trio. A line that is not
     JSON-RPC reaches the SDK as an error (it answers or logs it); the writer sends
     everything already waiting in one write (STYLE.md rule 13). Used for a stdio
-    source's pipes and for `agent-bridge mcp`'s stdin/stdout."""
+    source's pipes and for `agent-bridge mcp`'s stdin/stdout. A line over
+    `max_frame_bytes` is dropped as it streams in (memory stays bounded) and reaches the
+    SDK as an error; a server answers it with -32600 and a null id."""
     to_sdk, reads = anyio.create_memory_object_stream[Any](64)
     writes, from_sdk = anyio.create_memory_object_stream[Any](64)
     # A server answers a line that is not JSON with -32700 and a null id (JSON-RPC 2.0
@@ -141,7 +149,7 @@ async def ndjson_transport(
     to_peer = writes.clone() if answer_parse_errors else None
 
     async def reader() -> None:
-        buf = b""
+        framer = LineReader(max_frame_bytes)
         async with to_sdk, to_peer if to_peer is not None else contextlib.nullcontext():
             while True:
                 try:
@@ -150,9 +158,14 @@ async def ndjson_transport(
                     data = b""
                 if not data:
                     return
-                *lines, buf = (buf + data).split(b"\n")
-                for line in lines:
-                    if line.strip():
+                for line in framer.feed(data):
+                    if isinstance(line, Oversized):
+                        too_big = f"a line over {max_frame_bytes} bytes was dropped"
+                        if to_peer is not None:
+                            error = types.ErrorData(code=types.INVALID_REQUEST, message=too_big)
+                            await to_peer.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+                        await to_sdk.send(ValueError(too_big))
+                    elif line.strip():
                         try:
                             item: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
                         except ValueError as exc:
