@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bridge.codecs import a2a_card, a2a_rest, a2a_server, a2a_wire, jsonrpc, safejson, socketio, sse
@@ -412,6 +412,7 @@ _SIO = [line for line in (GOLDEN / "socketio" / "run_ask.txt").read_text().split
 
 
 @FUZZ
+@example(at=1, bad=b'40["",{"":"","":0}]', as_bytes=False)  # a CONNECT whose payload is no object
 @given(st.integers(0, len(_SIO)), mutations([line.encode() for line in _SIO]), st.booleans())
 def test_socketio_packets_decode_or_socketio_error(at: int, bad: bytes, as_bytes: bool) -> None:
     client = socketio.SocketIOClient()

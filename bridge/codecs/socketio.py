@@ -305,7 +305,9 @@ class SocketIOClient:
             if self.state is not ClientState.CONNECTING:
                 raise IllegalClientState(self.state, "CONNECT arrived")
             self._apply(_In.CONNECTED)
-            sid = self._json(body).get("sid") if body else None
+            # Socket.IO v5 §CONNECT: the payload is an object; any other JSON has no sid.
+            payload = self._json(body) if body else None
+            sid = payload.get("sid") if isinstance(payload, dict) else None
             return [Connected(sid=sid if isinstance(sid, str) else None)]
         if kind == 4:
             if self.state is not ClientState.CONNECTING:
