@@ -154,24 +154,30 @@ class SupervisedNursery:
     async def _guarded(
         fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        started = False
-
-        class _Status:
-            def started(self, value: Any = None) -> None:
-                nonlocal started
-                started = True
-                task_status.started(value)
-
+        status = None if task_status is trio.TASK_STATUS_IGNORED else _StartedStatus(task_status)
         try:
-            if task_status is trio.TASK_STATUS_IGNORED:
-                started = True
+            if status is None:
                 await fn(*args)
             else:
-                await fn(*args, task_status=_Status())
+                await fn(*args, task_status=status)
         except Exception:
-            if not started:
+            if status is not None and not status.reported:
                 raise  # to the caller of `start`
             log.exception("a task a session lent the daemon's nursery failed; it ends alone")
+
+
+class _StartedStatus:
+    """A `task_status` that remembers whether the task reported itself started."""
+
+    __slots__ = ("_inner", "reported")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.reported = False
+
+    def started(self, value: Any = None) -> None:
+        self.reported = True
+        self._inner.started(value)
 
 
 def new_id() -> str:
@@ -199,11 +205,16 @@ class Turn:
         self.first_seq = 0  # the seq of its TurnStarted event
         self.first_event_at: float | None = None  # the back's first event (a metric)
         self.invocation: Invocation | None = None  # a `/prompt args` to expand before the back runs
-        # The idle deadline (`_watch_idle`): events counted, not timed, so the per-event
+        # The idle deadline (`SessionManager._watch_idle_turns`): events counted, not timed, so the per-event
         # cost is one increment (moving a live CancelScope's deadline costs ~2 us).
         self.events = 0
         self.asking = 0  # questions waiting for a user: that time is not idle
         self.idled = False  # cut off by the idle deadline
+        # The manager's idle watchdog (`SessionManager._watch_idle_turns`): the route's
+        # bound, the event count it last saw, and since when nothing came.
+        self.idle_s = 0.0
+        self.idle_seen = 0
+        self.quiet_since = 0.0
 
     # -- TurnHandle -------------------------------------------------------------
     @property
@@ -553,15 +564,16 @@ class Session:
         stop, error = StopReason.END_TURN, None
         limit = self.route.turn_timeout_s
         idle_s = self.route.turn_idle_timeout_s
-        # Cancelled by its deadline, by the idle deadline (`_watch_idle`), or cut off
-        # after a cancel request (`_enforce_cancel`).
+        # Cancelled by its deadline, by the manager's idle watchdog, or cut off after a
+        # cancel request (`_enforce_cancel`).
         with trio.CancelScope(deadline=trio.current_time() + limit if limit else math.inf) as scope:
             turn.scope = scope
-            async with trio.open_nursery() as watch:
-                if idle_s:
-                    watch.start_soon(self._watch_idle, turn, idle_s)
+            if idle_s:
+                self.manager.watch_idle(turn, idle_s)
+            try:
                 stop, error = await self._call_back(turn)
-                watch.cancel_scope.cancel()
+            finally:
+                self.manager.unwatch_idle(turn)
         if turn.idled and not turn.cancel_requested:
             stop = StopReason.FAILED
             error = TurnError(message=f"the agent sent nothing for {idle_s:g} s (turn_idle_timeout_s)", kind="timeout")
@@ -591,26 +603,6 @@ class Session:
             log.exception("session %s turn %s: the back raised", self.id, turn.turn_id)
             message = f"internal error in the bridge's {self.record.route!r} back ({type(exc).__name__}); see its log"
             return StopReason.FAILED, TurnError(message=message, kind="InternalError")
-
-    async def _watch_idle(self, turn: Turn, idle_s: float) -> None:
-        """Cut the turn off once its back has sent nothing for `idle_s` (a question
-        waiting for its user does not count). Checked every quarter of it, so the turn
-        fails between `idle_s` and 1.25 x `idle_s` after the back's last event, and an
-        event costs one increment instead of a deadline move (STYLE.md rule 15's idle
-        scope, made cheap for the per-event path)."""
-        step = idle_s / 4
-        seen, quiet_since = turn.events, trio.current_time()
-        while True:
-            await trio.sleep(step)
-            now = trio.current_time()
-            if turn.events != seen or turn.asking:
-                seen, quiet_since = turn.events, now
-            elif now - quiet_since >= idle_s - 1e-9:
-                log.warning("session %s turn %s: the back sent nothing for %g s; failed", self.id, turn.turn_id, idle_s)
-                turn.idled = True
-                assert turn.scope is not None
-                turn.scope.cancel()
-                return
 
     async def _end_turn(self, turn: Turn, stop: StopReason, error: TurnError | None) -> None:
         for qid in list(turn.machine.open_questions):
@@ -759,6 +751,11 @@ class SessionManager:
         self._backs: dict[str, Back] = {}
         self._live: dict[str, Session] = {}
         self._nursery: trio.Nursery | None = None
+        # Running turns under a route's `turn_idle_timeout_s`: one watchdog for them all
+        # (`_watch_idle_turns`), so a turn costs no task and an event one increment.
+        self._idle_turns: set[Turn] = set()
+        self._idle_wakeup = trio.Event()
+        self._idle_step = math.inf  # how long the watchdog sleeps now
         # Sessions with events not stored yet, and what wakes the flusher: the first
         # such session (then it waits flush_interval_s), or one with many (at once).
         self._pending: dict[Session, None] = {}
@@ -788,6 +785,7 @@ class SessionManager:
             await nursery.start(self.prompts.run)
             nursery.start_soon(self._flusher)
             nursery.start_soon(self._close_idle)
+            nursery.start_soon(self._watch_idle_turns)
             task_status.started()
             await trio.sleep_forever()
 
@@ -806,6 +804,41 @@ class SessionManager:
                 if idle is not None and idle >= limit and not any(keep(session) for keep in self.keep_alive):
                     log.info("session idle for %.0f s: closed", idle, extra={"route": session.record.route, "session": session.id})
                     await session.close()
+
+    def watch_idle(self, turn: Turn, idle_s: float) -> None:
+        turn.idle_s, turn.idle_seen, turn.quiet_since = idle_s, turn.events, trio.current_time()
+        self._idle_turns.add(turn)
+        if idle_s / 4 < self._idle_step:
+            self._idle_wakeup.set()  # the watchdog sleeps too long for this turn's bound
+
+    def unwatch_idle(self, turn: Turn) -> None:
+        self._idle_turns.discard(turn)
+
+    async def _watch_idle_turns(self) -> None:
+        """Cut off a turn once its back has sent nothing for its route's
+        `turn_idle_timeout_s` (a question waiting for its user does not count).
+
+        Each turn is looked at every quarter of its bound at least, so it fails between
+        1 and 1.25 times the bound after the back's last event; an event costs one
+        increment (`Turn.events`) instead of a deadline move (STYLE.md rule 15's idle
+        scope, made cheap for the per-event path)."""
+        while True:
+            self._idle_step = min((t.idle_s for t in self._idle_turns), default=math.inf) / 4
+            with trio.move_on_after(self._idle_step):
+                await self._idle_wakeup.wait()
+            if self._idle_wakeup.is_set():
+                self._idle_wakeup = trio.Event()
+            now = trio.current_time()
+            for turn in list(self._idle_turns):
+                if turn.events != turn.idle_seen or turn.asking:
+                    turn.idle_seen, turn.quiet_since = turn.events, now
+                elif now - turn.quiet_since >= turn.idle_s - 1e-9 and not turn.idled:
+                    s = turn.session
+                    log.warning("session %s turn %s: the back sent nothing for %g s; failed", s.id, turn.turn_id, turn.idle_s)
+                    turn.idled = True
+                    self._idle_turns.discard(turn)
+                    assert turn.scope is not None
+                    turn.scope.cancel()
 
     def _dirty(self, session: Session) -> None:
         """`session` has its first event since its last flush."""
@@ -898,6 +931,8 @@ class SessionManager:
         while True:
             total = self.config.daemon.max_live_sessions
             per_route = self.config.routes[route_name].max_live_sessions if route_name in self.config.routes else None
+            if per_route is None and len(self._live) < total:
+                return  # the common case, without a look at every live session
             # Sessions already closing are leaving (within their 5 s close): not counted,
             # so concurrent requests each make room instead of finding nothing idle.
             staying = [s for s in self._live.values() if not s._closed.is_set()]

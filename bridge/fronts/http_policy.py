@@ -43,8 +43,24 @@ JSON_TYPES = frozenset({"application/json", "application/a2a+json"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+_LOOPBACK_SEEN: dict[str, bool] = {}  # Host values are few in practice; bounded below
+
+
 def is_loopback_host(host: str) -> bool:
-    """`host` (no port; IPv6 in brackets or not) names this machine's loopback."""
+    """`host` (no port; IPv6 in brackets or not) names this machine's loopback.
+
+    Asked on every request: answers are remembered (parsing an address costs more than
+    the rest of the policy), in a table emptied when it reaches 1024 names, so a client
+    sending a new Host each time costs only the parse."""
+    known = _LOOPBACK_SEEN.get(host)
+    if known is None:
+        if len(_LOOPBACK_SEEN) >= 1024:
+            _LOOPBACK_SEEN.clear()
+        known = _LOOPBACK_SEEN[host] = _is_loopback(host)
+    return known
+
+
+def _is_loopback(host: str) -> bool:
     host = host.strip().lower().rstrip(".")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
