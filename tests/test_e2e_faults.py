@@ -386,6 +386,13 @@ async def test_acp_agents_flooding_and_breaking_frames(bridge_exe: list[str], tm
                 assert "error" in answer, answer
                 assert any(w in answer["error"]["message"].lower() for w in ("frame", "too large", "bytes")), answer
 
+                # Lines no decoder may choke on (a 64-bit overflow once crashed the store's
+                # flush and with it the daemon): each is the agent's garbage, the turn goes on.
+                hostile = await acp.new(str(tmp_path))
+                answer = await acp.call("session/prompt", {"sessionId": hostile, "prompt": [{"type": "text", "text": "hostile"}]}, timeout=30)
+                assert answer.get("result", {}).get("stopReason") == "end_turn", answer
+                assert acp.chunks(hostile)[-1:] == ["after"], acp.chunks(hostile)
+
                 fresh = await acp.new(str(tmp_path))
                 answer = await acp.call("session/prompt", {"sessionId": fresh, "prompt": [{"type": "text", "text": "hello"}]})
                 assert answer.get("result", {}).get("stopReason") == "end_turn", answer

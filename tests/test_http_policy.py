@@ -397,3 +397,16 @@ def test_httpx_never_logs_whole_urls() -> None:
     finally:
         root.handlers[:], _ = saved[0], root.setLevel(saved[1])
         logging.getLogger("httpx").setLevel(saved[2])
+
+
+def test_an_ipv4_mapped_loopback_address_is_loopback() -> None:
+    """A dual-stack listener ("[::]") sees 127.0.0.1 as ::ffff:127.0.0.1: the Host rule
+    must still apply there, or a rebound name reaching it would pass."""
+
+    assert is_loopback_host("::ffff:127.0.0.1") and is_loopback_host("[::ffff:127.0.0.1]")
+    assert not is_loopback_host("::ffff:10.0.0.1")
+    policy = BrowserPolicy(ServerConfig())
+    scope = {"type": "http", "method": "GET", "server": ("::ffff:127.0.0.1", 8765),
+             "headers": [(b"host", b"attacker.example")]}  # fmt: skip
+    refusal = policy.check(scope)
+    assert refusal is not None and refusal[0] == 421

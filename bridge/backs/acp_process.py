@@ -37,8 +37,8 @@ import trio
 from bridge import __version__
 from bridge.backs.base import TaskSpawner, TurnHandle
 from bridge.backs.procgroup import describe_exit, kill_group
-from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
 from bridge.codecs import safejson
+from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import AcpBack
 from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, FrameTooLarge, MethodNotFound, NotFound
@@ -99,11 +99,13 @@ class _UpdateFrame(msgspec.Struct):
 
 
 _UPDATE_MARK = b'"session/update"'
-_update_decoder = msgspec.json.Decoder(_UpdateFrame)
-_note_decoder = msgspec.json.Decoder(acp.SessionNotification)
-_init_decoder = msgspec.json.Decoder(InitResult)
-_ref_decoder = msgspec.json.Decoder(_SessionRef)
-_dict_decoder = msgspec.json.Decoder(dict[str, Any])
+# Total decoders (bridge/codecs/safejson.py): an agent's invalid UTF-8, deep nesting or
+# integer beyond 64 bits is its garbage line, never an exception here or at a later flush.
+_update_decoder = safejson.Decoder(_UpdateFrame)
+_note_decoder = safejson.Decoder(acp.SessionNotification)
+_init_decoder = safejson.Decoder(InitResult)
+_ref_decoder = safejson.Decoder(_SessionRef)
+_dict_decoder = safejson.Decoder(dict[str, Any])
 
 
 # JSON tokens, enough to walk the first bytes of a line too long to decode (`_sniff`).

@@ -67,9 +67,13 @@ def _is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):  # RFC 6761 §6.3
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # A dual-stack listener ("[::]") sees an IPv4 peer or local address as ::ffff:a.b.c.d,
+    # which Python 3.11 does not call loopback even for 127.0.0.1.
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
 
 
 def _split_host(value: str) -> str:

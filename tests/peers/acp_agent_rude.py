@@ -11,6 +11,8 @@ words of the prompt text in order:
     flood:N     N agent_message_chunk lines written as fast as the pipe takes them
     noline:N    N bytes of "x" with no newline, then silence (the frame never ends)
     bigline:N   answers the prompt with one line of N bytes (an oversized frame)
+    hostile     three session/update lines no decoder may choke on (an integer beyond
+                64 bits in _meta, invalid UTF-8 in a text, 100 000 nested arrays), then "after"
 
 Lines it cannot parse are ignored (it is rude, not fragile).
 """
@@ -72,6 +74,15 @@ def prompt(rid: Any, sid: str, text: str) -> None:
                     left -= n
                 _out.flush()
             threading.Event().wait()  # the frame never ends
+        elif name == "hostile":
+            head = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + sid.encode() + b'","update":'
+            with _lock:
+                _out.write(head + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"big",'
+                           b'"_meta":{"n":-18446744073709551616}}}}}\n')
+                _out.write(head + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\xff\xfe"}}}}\n')
+                _out.write(head + b"[" * 100_000 + b"]" * 100_000 + b"}}\n")
+                _out.flush()
+            chunk(sid, "after")
         elif name == "bigline":
             send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn", "_meta": {"pad": "x" * int(arg)}}})
             return
