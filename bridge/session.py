@@ -348,7 +348,7 @@ class Session:
             with trio.move_on_after(5, shield=True):
                 await self._end_cut_turn()
                 await self._close_back()
-                await self.flush()
+                await self.flush_or_close()
             self.manager._forget(self)
             self._gone.set()
 
@@ -514,6 +514,15 @@ class Session:
             with trio.CancelScope(shield=True):
                 await self.manager.store.save(self.record, turns=turns, batch=stored)
 
+    async def flush_or_close(self) -> None:
+        """`flush`, inside this session's boundary: events the store cannot take (its
+        error, or ours in encoding them) close this session, logged, and nothing else."""
+        try:
+            await self.flush()
+        except Exception:
+            log.exception("session %s: its events could not be stored; closed", self.id, extra={"route": self.record.route})
+            self._closed.set()
+
     # -- turns ----------------------------------------------------------------------
     def start_turn(self, content: list[ContentBlock]) -> Turn:
         """Begin a turn now (synchronously, so a cancel that follows finds it)."""
@@ -623,7 +632,7 @@ class Session:
             error=error.message if error else None,
         )
         with trio.CancelScope(shield=True):
-            await self.flush()
+            await self.flush_or_close()  # a store failure must not leave the turn's waiters hanging
         turn.ended = ended
         turn._done.set()
         self.last_used = trio.current_time()
@@ -858,11 +867,11 @@ class SessionManager:
             self._has_pending = trio.Event()
             due, self._pending = list(self._pending), {}
             if len(due) == 1:
-                await due[0].flush()
+                await due[0].flush_or_close()
             else:
                 async with trio.open_nursery() as nursery:
                     for session in due:
-                        nursery.start_soon(session.flush)
+                        nursery.start_soon(session.flush_or_close)
 
     def back_for(self, route_name: str) -> Back:
         back = self._backs.get(route_name)

@@ -534,3 +534,32 @@ async def test_an_acp_request_whose_handler_raises_is_a_32603_and_the_connection
             assert any(r.levelno == logging.ERROR and "ACP session/list failed" in r.getMessage() for r in caplog.records)
             assert "sessionId" in (await request(3, "session/new", {"cwd": "/w", "mcpServers": []}))["result"]
             await to_bridge_send.aclose()
+
+
+async def test_a_store_that_refuses_one_sessions_events_closes_that_session_only(caplog: pytest.LogCaptureFixture) -> None:
+    """An error storing a session's events (the store's, or ours encoding them) once
+    rose through the shared flusher and ended the manager with every session."""
+
+    class Refusing(MemoryStore):
+        refuse: set[str] = set()
+
+        async def save(self, record: Any, **kw: Any) -> None:
+            if record.session_id in self.refuse:
+                raise OverflowError("can't serialize ints < -2**63 or > 2**64 - 1")
+            await super().save(record, **kw)
+
+    store = Refusing()
+    manager = SessionManager(make_config(), store, lambda name, route: make_back(name, route))
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            doomed = await manager.create("demo")
+            fine = await manager.create("demo")
+            store.refuse.add(doomed.id)
+            ended = await doomed.start_turn(prompt("hello")).wait()  # its waiters still hear the end
+            assert ended.stop_reason is ev.StopReason.END_TURN
+            await doomed._gone.wait()
+            assert manager.live(doomed.id) is None and manager.live(fine.id) is fine
+            assert (await fine.start_turn(prompt("hi")).wait()).stop_reason is ev.StopReason.END_TURN
+            nursery.cancel_scope.cancel()
+    assert any(r.levelno == logging.ERROR and "could not be stored" in r.getMessage() for r in caplog.records)
