@@ -123,7 +123,10 @@ def test_the_outcome_is_stored_with_the_run_and_replays_do_not_validate_again(mo
     assert live["status"] == "failed" and live["finish_reason"] == "output_schema"
     assert len(calls) == 1
     stored = meta[RUNS_KEY]["t1"]["check"]
-    assert stored["matched"] is False and "does not match" in stored["result"]["error"]
+    assert stored["matched"] is False and "does not match" in stored["error"]
+    # Neither the output (the run's events hold it) nor the schema (its options do) is
+    # stored twice: the session record does not grow by each run's output.
+    assert "output" not in stored and "schema" not in stored
 
     # The session's meta goes to the store as it is; a later read or replay takes the
     # outcome from there (here, through a round trip of the stored form).
@@ -132,3 +135,35 @@ def test_the_outcome_is_stored_with_the_run_and_replays_do_not_validate_again(mo
         replay = _chat_end(streams, kept, live=False)
         assert {k: replay[k] for k in ("status", "result", "finish_reason")} == {k: live[k] for k in ("status", "result", "finish_reason")}
     assert len(calls) == 1
+
+
+def _doubling_chain(levels: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(levels)}
+    defs[f"d{levels}"] = {"type": "integer"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        # Each level is validated twice over: 2**levels subschemas from a few hundred bytes.
+        (_doubling_chain(20), "subschemas"),
+        ({"$ref": "#"}, "cycle"),  # validation would recurse without end
+        ({"properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"items": {"$ref": "#/$defs/b"}}}}, "cycle"),
+        ({"$ref": "http://127.0.0.1:9/schema.json"}, "only local"),  # the validator would fetch it
+        ({"$ref": "#/$defs/missing"}, "points nowhere"),
+    ],
+)
+def test_a_schema_too_costly_to_validate_is_refused_when_given(schema: dict[str, Any], why: str) -> None:
+    with pytest.raises(InvalidParams, match=why):
+        check_output_schema(schema)
+    matched, result = headless_result("1", RunOptions(output_schema=schema))  # a stored one: never run
+    assert not matched and why in result["error"]
+
+
+def test_an_ordinary_schema_with_local_refs_validates() -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/s"}, "b": {"items": {"$ref": "#/$defs/s"}}},
+              "$defs": {"s": {"type": "string"}}}  # fmt: skip
+    check_output_schema(schema)
+    assert headless_result('{"a": "x", "b": ["y"]}', RunOptions(output_schema=schema))[0]
+    assert not headless_result('{"a": 1}', RunOptions(output_schema=schema))[0]

@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.codecs.chat_parts import blocks_of_prompt, headless_result
+from bridge.codecs.chat_parts import blocks_of_prompt, headless_result, result_of_check, stored_check
 from bridge.codecs.chat_reader import ChatReader
 from bridge.codecs.chat_tools import OPEN_TOOL, TOOL_STATUS, ToolCalls
 from bridge.codecs.chat_turns import Frame, Run, Turn, encode_frame
@@ -134,9 +134,9 @@ class ChatProjector(ToolCalls):
                 check = options.check  # stored when the run first ended: not validated again
                 if check is None:
                     matched, result = headless_result(output, options)
-                    self._keep_check(run.turn_id, {"matched": matched, "result": result})
+                    self._keep_check(run.turn_id, stored_check(output, matched, result))
                 else:
-                    matched, result = bool(check.get("matched")), check.get("result")
+                    matched, result = bool(check.get("matched")), result_of_check(output, options, check)
                 if not matched:
                     chat_status, finish = "failed", "output_schema"
             else:

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from bridge.codecs import safejson
-from bridge.codecs.chat_schema import check_output_schema, headless_result
+from bridge.codecs.chat_schema import check_output_schema, headless_result, result_of_check, stored_check
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
@@ -44,6 +44,8 @@ __all__ = [
     "blocks_of_prompt",
     "check_output_schema",
     "headless_result",
+    "result_of_check",
+    "stored_check",
     "message_to_content",
     "question_from_ask",
 ]

@@ -16,10 +16,12 @@ replays of the history take it from there instead of validating again.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
+from urllib.parse import unquote
 
 import msgspec
 import re2
@@ -28,7 +30,9 @@ from bridge.codecs import safejson
 from bridge.errors import InvalidParams
 from bridge.schema.chat import RunOptions
 
-__all__ = ["check_output_schema", "headless_result"]
+log = logging.getLogger("bridge.codecs.chat_schema")
+
+__all__ = ["check_output_schema", "headless_result", "result_of_check", "stored_check"]
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)  # our own pattern, on a bounded text
 _RE2_OPTIONS = re2.Options()
@@ -155,9 +159,64 @@ def _validator(schema: dict[str, Any]) -> Any:
 # -- the two entry points -------------------------------------------------------------------
 
 
+MAX_SCHEMA_NODES = 5_000  # subschemas of an output_schema once its $refs are expanded
+
+
+def _expanded_size(schema: Any) -> int:
+    """How many objects `schema` holds with every `$ref` replaced by its target: what
+    bounds a validation's work, since each `$ref` is validated again wherever it is used
+    (a chain of `allOf: [{$ref: next}, {$ref: next}]` doubles per level). Only local
+    JSON-pointer references ("#", "#/$defs/x") are accepted: a remote one would be fetched
+    by the validator, and an anchor is not worth the code. A cycle is refused (validation
+    would recurse without end). Linear in the schema: each target is measured once."""
+    sizes: dict[str, int] = {}
+    visiting: set[str] = set()
+
+    def target(ref: str) -> Any:
+        if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+            raise ValueError(f"$ref {ref[:80]!r}: only local references (#/...) are supported")
+        node: Any = schema
+        for part in ref[2:].split("/") if len(ref) > 1 else ():
+            part = unquote(part).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, list) and part.isdecimal() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                raise ValueError(f"$ref {ref[:80]!r} points nowhere")
+        return node
+
+    def size(node: Any) -> int:
+        if isinstance(node, list):
+            return sum(size(item) for item in node)
+        if not isinstance(node, dict):
+            return 0
+        total = 1
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
+                if value not in sizes:
+                    if value in visiting:
+                        raise ValueError(f"$ref {value[:80]!r} refers to itself (a cycle)")
+                    visiting.add(value)
+                    sizes[value] = size(target(value))
+                    visiting.discard(value)
+                total += sizes[value]
+            elif key not in ("const", "enum", "default", "examples"):
+                total += size(value)
+            if total > MAX_SCHEMA_NODES:
+                raise ValueError(f"more than {MAX_SCHEMA_NODES} subschemas once its $refs are expanded")
+        return total
+
+    try:
+        return size(schema)
+    except RecursionError:
+        raise ValueError("$refs chained too deep") from None
+
+
 def check_output_schema(schema: dict[str, Any]) -> None:
     """InvalidParams unless `schema` is a valid JSON Schema (of its declared draft) whose
-    regular expressions all run in linear time."""
+    regular expressions all run in linear time and whose size, $refs expanded, is bounded
+    (`MAX_SCHEMA_NODES`)."""
     from jsonschema import exceptions, validators
 
     try:
@@ -166,6 +225,10 @@ def check_output_schema(schema: dict[str, Any]) -> None:
         raise InvalidParams(
             f"$.output_schema{_path(exc.absolute_path)[1:]}: not a valid JSON Schema: {exc.message}"
         ) from exc
+    try:
+        _expanded_size(schema)
+    except ValueError as exc:
+        raise InvalidParams(f"$.output_schema: too costly to validate: {exc}") from exc
     for where, pattern in _patterns(schema):
         try:
             _compile(pattern)
@@ -209,6 +272,9 @@ def headless_result(output: str, options: RunOptions) -> tuple[bool, dict[str, A
     except (InvalidParams, _Unsupported) as exc:
         message = exc.message if isinstance(exc, InvalidParams) else str(exc)
         return False, {"output": value, "schema": schema, "error": f"output_schema cannot be used: {message}"}
+    except Exception as exc:  # jsonschema on a schema it accepted: its bug or ours; this run's only
+        log.exception("output_schema validation failed")
+        return False, {"output": value, "schema": schema, "error": f"output_schema could not be checked ({type(exc).__name__})"}
     if errors:
         found = [f"{_path(e.absolute_path)}: {e.message}" for e in errors[:20]]
         return False, {
@@ -218,3 +284,24 @@ def headless_result(output: str, options: RunOptions) -> tuple[bool, dict[str, A
             "errors": found,
         }
     return True, {"output": value, "schema": schema}
+
+
+def stored_check(output: str, matched: bool, result: dict[str, Any]) -> dict[str, Any]:
+    """What is stored of a run's check (`RunOptions.check`): the outcome and its errors,
+    not the output (the run's own events hold it) nor the schema (its options do), so
+    the session record does not carry each run's output twice."""
+    kept = {k: v for k, v in result.items() if k not in ("output", "schema")}
+    return {"matched": matched, "text": result.get("output") is output, **kept}
+
+
+def result_of_check(output: str, options: RunOptions, check: dict[str, Any]) -> dict[str, Any]:
+    """`chat:end.result` again from a stored check: the output parsed again (no
+    validation), the schema from the run's options."""
+    value: Any = output
+    if not check.get("text"):
+        try:
+            value = _parse_output(output)
+        except ValueError:
+            pass
+    kept = {k: v for k, v in check.items() if k not in ("matched", "text")}
+    return {"output": value, **({"schema": options.output_schema} if options.output_schema is not None else {}), **kept}
