@@ -447,3 +447,30 @@ async def assert_serves_every_front(d: Daemon, env: dict[str, str], *, route: st
     except BaseException as exc:
         exc.add_note(f"--- daemon log (tail):\n{d.log_text()[-4000:]}")
         raise
+
+
+async def raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStream, bytes]:
+    """A WebSocket upgrade to `url`'s /ws by hand (RFC 6455 §4.1), on a socket the test
+    controls: a small `rcvbuf` makes the daemon's writes block sooner, and any bytes at
+    all can be sent as frames. Returns the stream and what followed the 101 head."""
+    import base64
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    await sock.connect((host, int(port)))
+    stream = trio.SocketStream(sock)
+    key = base64.b64encode(os.urandom(16)).decode()
+    await stream.send_all(
+        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "the daemon closed the upgrade"
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"101", head
+    return stream, rest

@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +33,7 @@ from bridge.core.events import Question, QuestionOption
 from bridge.errors import PeerError
 from bridge.schema import a2a as s
 from bridge.schema import acp
+from daemon_support import raw_ws
 
 GOLDEN = Path(__file__).parent / "golden"
 FUZZ = settings(
@@ -600,16 +600,8 @@ async def test_agent_bridge_mcp_answers_lines_that_are_not_json_with_parse_error
 
 async def _raw_text_frame_close_code(url: str, payload: bytes) -> int | None:
     """Send one text frame holding any bytes (no WebSocket library will), return the close code."""
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    async with await trio.open_tcp_stream(host, int(port)) as s:
-        await s.send_all(
-            f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            buf += await s.receive_some(4096)
-        buf = buf.split(b"\r\n\r\n", 1)[1]
+    s, buf = await raw_ws(url)
+    async with s:
         assert len(payload) < 126
         await s.send_all(bytes([0x81, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)  # a zero mask
         while chunk := await s.receive_some(4096):

@@ -4,7 +4,6 @@ source tried once (bridge/doctor.py); `/readyz` reports the daemon's prompt sour
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import socket

@@ -21,7 +21,6 @@ Synchronisation is on events (a frame seen, a chunk received); every test has a
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -36,6 +35,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+import daemon_support
 from daemon_support import PEERS, Daemon, assert_serves_every_front, base_config, demo_route, start_daemon
 
 CEILING_S = 90
@@ -110,21 +110,7 @@ def ws_frame(payload: bytes, opcode: int = 1) -> bytes:
 
 async def raw_ws(d: Daemon, *, rcvbuf: int | None = None) -> tuple[trio.SocketStream, bytes]:
     """A WebSocket upgrade by hand; returns the stream and what came after the 101 head."""
-    stream = await raw_connect(d, rcvbuf=rcvbuf)
-    host, port = host_port(d)
-    key = base64.b64encode(os.urandom(16)).decode()
-    await stream.send_all(
-        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-    )
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        assert chunk, "the daemon closed the upgrade"
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    assert head.split(b" ", 2)[1] == b"101", head
-    return stream, rest
+    return await daemon_support.raw_ws(d.url, rcvbuf=rcvbuf)
 
 
 async def ws_subscribe(stream: trio.SocketStream, sid: str, **data: Any) -> None:

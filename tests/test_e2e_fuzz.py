@@ -20,7 +20,6 @@ it can be replayed.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import os
@@ -36,7 +35,7 @@ import httpx
 import pytest
 import trio
 
-from daemon_support import Daemon, assert_serves_every_front, base_config, demo_route, start_daemon, toml
+from daemon_support import Daemon, assert_serves_every_front, base_config, demo_route, raw_ws, start_daemon, toml
 
 BUDGET = int(os.environ.get("AGENT_BRIDGE_FUZZ_BUDGET", "300"))
 SEED = int(os.environ.get("AGENT_BRIDGE_FUZZ_SEED", "13"))
@@ -377,20 +376,7 @@ class RawWs:
 
     @classmethod
     async def open(cls, d: Daemon) -> RawWs:
-        host, port = d.url.removeprefix("http://").rsplit(":", 1)
-        stream = await trio.open_tcp_stream(host, int(port))
-        key = base64.b64encode(os.urandom(16)).decode()
-        await stream.send_all(
-            f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = await stream.receive_some(65536)
-            assert chunk, "the daemon closed the upgrade"
-            buf += chunk
-        head, _, rest = buf.partition(b"\r\n\r\n")
-        assert head.split(b" ", 2)[1] == b"101", head
+        stream, rest = await raw_ws(d.url)
         return cls(stream, rest)
 
     async def send(self, payload: bytes, opcode: int = 1) -> None:

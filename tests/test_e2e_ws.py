@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from daemon_support import raw_ws
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, open_websocket_url
 
 PATCH_TYPES = {"add_content", "add_tool_call", "tool_result", "set_status", "set_tool_status"}
@@ -812,28 +813,7 @@ async def test_an_a2a_agent_back(bridge_exe: list[str], tmp_path: Path, env: dic
 
 async def _raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStream, bytes]:
     """A WebSocket upgrade by hand, on a socket the test controls; returns what followed the 101."""
-    import base64
-    import socket
-
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:  # a small window: the daemon's writes block sooner
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    await sock.connect((host, int(port)))
-    stream = trio.SocketStream(sock)
-    key = base64.b64encode(os.urandom(16)).decode()
-    await stream.send_all(
-        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-    )
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(65536)
-        assert chunk, "the daemon closed the upgrade"
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    assert head.split(b" ", 2)[1] == b"101", head
-    return stream, rest
+    return await raw_ws(url, rcvbuf=rcvbuf)
 
 
 def _masked(event: str, **data: Any) -> bytes:

@@ -26,7 +26,7 @@ from bridge.config import Config, Route, parse_config
 from bridge.core import events as ev
 from bridge.core.content import TextContent
 from bridge.errors import CODES, Overloaded, codes_for
-from bridge.session import Session, SessionManager
+from bridge.session import SessionManager
 from bridge.store.memory import MemoryStore
 
 CEILING_S = 30  # per test; on the virtual clock where autojump_clock is used

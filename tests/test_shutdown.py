@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from bridge.store import open_store
-from daemon_support import AcpClient, Notifications, alive, base_config, demo_route, descendants, start_daemon, toml
+from daemon_support import AcpClient, Notifications, alive, base_config, demo_route, descendants, raw_ws, start_daemon, toml
 
 HAS_WS = (Path(__file__).resolve().parent.parent / "bridge" / "fronts" / "ws.py").exists()
 A2A_CLIENT = Path(__file__).resolve().parent / "peers" / "a2a_client.py"
@@ -408,27 +408,10 @@ async def test_a_finished_a2a_stream_on_a_kept_alive_connection_does_not_hold_th
 
 async def _never_reading_ws(url: str, session_id: str) -> trio.SocketStream:
     """A /ws client with a tiny receive window that subscribes, then never reads again."""
-    import base64
     import os
-    import socket
     import struct
 
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    await sock.connect((host, int(port)))
-    stream = trio.SocketStream(sock)
-    key = base64.b64encode(os.urandom(16)).decode()
-    await stream.send_all(
-        f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-    )
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(4096)
-        assert chunk, data
-        data += chunk
-    assert data.startswith(b"HTTP/1.1 101"), data
+    stream, data = await raw_ws(url, rcvbuf=4096)
     payload = json.dumps({"event": "session:subscribe", "data": {"session_id": session_id}}).encode()
     mask = os.urandom(4)
     n = len(payload)  # RFC 6455 §5.2: the shortest length encoding
