@@ -6,8 +6,8 @@ compared in constant time and never logged or echoed. Browsers always send
 hijacking); a request without Origin is not from a page and only needs the token.
 Which origins are allowed is the listener's one policy (bridge/fronts/http_policy.py:
 loopback, `[server] allowed_origins`), with `[ws] allowed_origins` added for this
-front; `HttpApp` already enforces it before the handler, this is the same answer
-for the fronts' own CORS and error paths.
+front. `HttpApp` enforces it before any handler runs; this object answers only which
+origins get CORS headers (`origin_listed`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import hmac
 import logging
 
 from bridge.config import ServerConfig, WsFrontConfig
-from bridge.errors import AuthRequired, Forbidden
+from bridge.errors import AuthRequired
 from bridge.fronts.http import Scope, header
 from bridge.fronts.http_policy import BrowserPolicy, normalize_origins
 
@@ -56,19 +56,9 @@ class Access:
         """`[ws] allowed_origins`: what this front accepts beside the listener's policy."""
         return self._origins
 
-    def origin_allowed(self, origin: str | None) -> bool:
-        return self._policy.origin_allowed(origin, self._origins)
-
     def origin_listed(self, origin: str | None) -> bool:
         """Named by the operator, not merely loopback: only such a page gets CORS headers."""
         return origin is not None and self._policy.origin_listed(origin, self._origins)
-
-    def check_origin(self, scope: Scope) -> str | None:
-        """The request's Origin; Forbidden if it is not allowed."""
-        origin = header(scope, "origin")
-        if not self.origin_allowed(origin):
-            raise Forbidden(f"origin {origin!r} is not allowed; add it to [server] or [ws] allowed_origins")
-        return origin
 
     def check_bearer(self, scope: Scope) -> bool:
         """True if an Authorization header carried the right token; AuthRequired if a wrong one.

@@ -80,8 +80,7 @@ class _Api:
             origin = header(scope, "origin")
             # CORS only for a page the operator named (a loopback page may call, not read).
             cors = [("access-control-allow-origin", origin), ("vary", "Origin")] if self.access.origin_listed(origin) else []
-            try:
-                self.access.check_origin(scope)
+            try:  # Host and Origin: checked before any handler (bridge/fronts/http_policy.py)
                 if not self.access.check_bearer(scope):
                     raise AuthRequired("an Authorization: Bearer token is required")
                 status, body, extra = await fn(scope, receive, params)

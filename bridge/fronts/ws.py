@@ -151,8 +151,7 @@ class WsFront:
             else:
                 await send({"type": "websocket.close", "code": CLOSE_GOING_AWAY})
             return
-        try:
-            self.access.check_origin(scope)
+        try:  # Host and Origin: checked before the upgrade reaches us (bridge/fronts/http_policy.py)
             authed = self.access.check_bearer(scope)
         except PeerError as exc:
             log.warning("WebSocket refused: %s", exc.message)
