@@ -474,3 +474,20 @@ async def raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStr
     head, _, rest = buf.partition(b"\r\n\r\n")
     assert head.split(b" ", 2)[1] == b"101", head
     return stream, rest
+
+
+def ws_frame(payload: bytes, opcode: int = 1) -> bytes:
+    """One masked client frame holding any bytes (RFC 6455 §5.2: the shortest length)."""
+    import struct
+
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x80 | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 1 << 16:
+        head += bytes([0x80 | 126]) + struct.pack("!H", n)
+    else:
+        head += bytes([0x80 | 127]) + struct.pack("!Q", n)
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes((mask * (n // 4 + 1))[:n], "big")).to_bytes(n, "big") if n else b""
+    return head + mask + masked

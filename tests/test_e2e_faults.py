@@ -36,7 +36,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 import daemon_support
-from daemon_support import PEERS, Daemon, assert_serves_every_front, base_config, demo_route, start_daemon
+from daemon_support import PEERS, Daemon, assert_serves_every_front, base_config, demo_route, start_daemon, ws_frame
 
 CEILING_S = 90
 SDK_AGENT = [sys.executable, str(PEERS / "acp_agent_sdk.py")]
@@ -92,20 +92,6 @@ async def reset(stream: trio.SocketStream) -> None:
     """Drop the connection the rude way: RST, no close frame, no FIN."""
     stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     await stream.aclose()
-
-
-def ws_frame(payload: bytes, opcode: int = 1) -> bytes:
-    """One masked client frame (RFC 6455 §5.2)."""
-    mask = os.urandom(4)
-    n = len(payload)
-    head = bytes([0x80 | opcode])
-    if n < 126:
-        head += bytes([0x80 | n])
-    elif n < 1 << 16:
-        head += bytes([0x80 | 126]) + struct.pack("!H", n)
-    else:
-        head += bytes([0x80 | 127]) + struct.pack("!Q", n)
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 async def raw_ws(d: Daemon, *, rcvbuf: int | None = None) -> tuple[trio.SocketStream, bytes]:

@@ -35,7 +35,7 @@ import httpx
 import pytest
 import trio
 
-from daemon_support import Daemon, assert_serves_every_front, base_config, demo_route, raw_ws, start_daemon, toml
+from daemon_support import Daemon, assert_serves_every_front, base_config, demo_route, raw_ws, start_daemon, toml, ws_frame
 
 BUDGET = int(os.environ.get("AGENT_BRIDGE_FUZZ_BUDGET", "300"))
 SEED = int(os.environ.get("AGENT_BRIDGE_FUZZ_SEED", "13"))
@@ -380,17 +380,7 @@ class RawWs:
         return cls(stream, rest)
 
     async def send(self, payload: bytes, opcode: int = 1) -> None:
-        mask = os.urandom(4)
-        n = len(payload)
-        head = bytes([0x80 | opcode])
-        if n < 126:
-            head += bytes([0x80 | n])
-        elif n < 1 << 16:
-            head += bytes([0x80 | 126]) + struct.pack("!H", n)
-        else:
-            head += bytes([0x80 | 127]) + struct.pack("!Q", n)
-        masked = (int.from_bytes(payload, "big") ^ int.from_bytes((mask * (n // 4 + 1))[:n], "big")).to_bytes(n, "big") if n else b""
-        await self.stream.send_all(head + mask + masked)
+        await self.stream.send_all(ws_frame(payload, opcode))
 
     async def _need(self, n: int) -> bool:
         while len(self.buf) < n:

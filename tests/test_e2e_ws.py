@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from daemon_support import raw_ws
+from daemon_support import raw_ws, ws_frame
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, open_websocket_url
 
 PATCH_TYPES = {"add_content", "add_tool_call", "tool_result", "set_status", "set_tool_status"}
@@ -818,13 +818,7 @@ async def _raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketSt
 
 def _masked(event: str, **data: Any) -> bytes:
     """One masked client text frame (RFC 6455 §5.2)."""
-    import struct
-
-    payload = json.dumps({"event": event, "data": data}).encode()
-    mask = os.urandom(4)
-    n = len(payload)
-    head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + struct.pack("!H", n)
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return ws_frame(json.dumps({"event": event, "data": data}).encode())
 
 
 async def _reset(stream: trio.SocketStream) -> None:

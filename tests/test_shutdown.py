@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from bridge.store import open_store
-from daemon_support import AcpClient, Notifications, alive, base_config, demo_route, descendants, raw_ws, start_daemon, toml
+from daemon_support import AcpClient, Notifications, alive, base_config, demo_route, descendants, raw_ws, start_daemon, toml, ws_frame
 
 HAS_WS = (Path(__file__).resolve().parent.parent / "bridge" / "fronts" / "ws.py").exists()
 A2A_CLIENT = Path(__file__).resolve().parent / "peers" / "a2a_client.py"
@@ -408,15 +408,8 @@ async def test_a_finished_a2a_stream_on_a_kept_alive_connection_does_not_hold_th
 
 async def _never_reading_ws(url: str, session_id: str) -> trio.SocketStream:
     """A /ws client with a tiny receive window that subscribes, then never reads again."""
-    import os
-    import struct
-
     stream, data = await raw_ws(url, rcvbuf=4096)
-    payload = json.dumps({"event": "session:subscribe", "data": {"session_id": session_id}}).encode()
-    mask = os.urandom(4)
-    n = len(payload)  # RFC 6455 §5.2: the shortest length encoding
-    frame = (bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + struct.pack("!H", n)) + mask
-    await stream.send_all(frame + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    await stream.send_all(ws_frame(json.dumps({"event": "session:subscribe", "data": {"session_id": session_id}}).encode()))
     while b"session:subscribed" not in data:  # subscribed: from here on it reads nothing
         chunk = await stream.receive_some(4096)
         assert chunk, data
