@@ -109,7 +109,7 @@ class AcpMcpServer(_Conf):
 
 
 class AcpBack(_Conf, tag="acp", tag_field="kind"):
-    """A coding agent that speaks ACP, spawned as a subprocess (bridge/backs/acp.py)."""
+    """A coding agent that speaks ACP, spawned as a subprocess (bridge/backs/acp/back.py)."""
 
     command: Annotated[list[str], msgspec.Meta(min_length=1)]
     # Set for the agent: a literal value, or {env = "NAME"} to pass on one of ours.
@@ -146,7 +146,7 @@ class AcpBack(_Conf, tag="acp", tag_field="kind"):
 
 
 class A2ABack(_Conf, tag="a2a", tag_field="kind"):
-    """A remote A2A agent, 1.0 or 0.3, over JSON-RPC or HTTP+JSON (bridge/backs/a2a.py).
+    """A remote A2A agent, 1.0 or 0.3, over JSON-RPC or HTTP+JSON (bridge/backs/a2a/back.py).
 
     Secrets are named, never written here: `token_env` / `token_file` are read when a
     call is made; a relative `token_file` is looked up in $CREDENTIALS_DIRECTORY
@@ -195,7 +195,7 @@ class A2ABack(_Conf, tag="a2a", tag_field="kind"):
 
 
 class ChatBack(_Conf, tag="chat", tag_field="kind"):
-    """A remote agent platform on the chat event stream (bridge/backs/chat.py): another
+    """A remote agent platform on the chat event stream (bridge/backs/chat/back.py): another
     agent-bridge's `/ws` (dialect "ws") or Blade's Socket.IO API (dialect "socketio",
     Engine.IO v4 over WebSocket only), protocols.md §4.
 
@@ -284,7 +284,7 @@ class A2ASkill(_Conf):
 
 
 class A2ARouteConfig(_Conf):
-    """`[routes.NAME.a2a]`: the route as an A2A agent at `/a2a/NAME` (bridge/fronts/a2a.py).
+    """`[routes.NAME.a2a]`: the route as an A2A agent at `/a2a/NAME` (bridge/fronts/a2a/front.py).
 
     A token is named, never written here: `token_env` / `token_file` are read when the
     daemon starts (a relative file in $CREDENTIALS_DIRECTORY under systemd). With
@@ -495,7 +495,7 @@ class WsFrontConfig(_Conf):
 
 
 class A2AFrontConfig(_Conf):
-    """`[a2a]`: the A2A front, every route as an A2A agent at `/a2a/{route}` (bridge/fronts/a2a.py)."""
+    """`[a2a]`: the A2A front, every route as an A2A agent at `/a2a/{route}` (bridge/fronts/a2a/front.py)."""
 
     # The route whose card is served at /.well-known/agent-card.json; default: the
     # top-level `default_route`, else the only route.

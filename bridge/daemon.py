@@ -57,7 +57,7 @@ async def open_runtime(config: Config, state_dir: str | None) -> AsyncIterator[S
 
 
 async def run_acp_stdio(config: Config, route: str, state_dir: str | None, stdin_fd: int, stdout_fd: int) -> None:
-    from bridge.fronts.acp import serve_acp
+    from bridge.fronts.acp.front import serve_acp
 
     receive = trio.lowlevel.FdStream(stdin_fd)
     send = trio.lowlevel.FdStream(stdout_fd)
@@ -69,8 +69,8 @@ async def run_acp_stdio(config: Config, route: str, state_dir: str | None, stdin
 
 
 async def run_mcp_stdio(config: Config, state_dir: str | None, stdin_fd: int, stdout_fd: int) -> None:
-    """The MCP front on stdio: every route's prompts, every route as a tool (bridge/fronts/mcp.py)."""
-    from bridge.fronts.mcp import serve_mcp_stdio
+    """The MCP front on stdio: every route's prompts, every route as a tool (bridge/fronts/mcp/front.py)."""
+    from bridge.fronts.mcp.front import serve_mcp_stdio
 
     async with open_runtime(config, state_dir) as manager:
         async with trio.open_nursery() as nursery:
@@ -113,10 +113,10 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
         register(app, readiness=readiness, metrics=metrics, admin=admin, metrics_need_token=server.metrics_need_token)
 
     # The chat event stream front: /ws and the /api/sessions REST API (protocols.md §4).
-    from bridge.fronts import rest
-    from bridge.fronts.chat_access import Access
-    from bridge.fronts.chat_streams import ChatStreams
-    from bridge.fronts.ws import WsFront
+    from bridge.fronts.chat import rest
+    from bridge.fronts.chat.access import Access
+    from bridge.fronts.chat.streams import ChatStreams
+    from bridge.fronts.chat.ws import WsFront
 
     access = Access(config.ws, config.server)
     streams = ChatStreams(config.ws, manager)
@@ -126,13 +126,13 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     rest.register(app, config, manager, streams, access)
 
     # The A2A front: every route as an A2A agent at /a2a/{route} (protocols.md §2).
-    from bridge.fronts import a2a
+    from bridge.fronts.a2a import front as a2a
 
     a2a.register(app, config, manager)
 
     # The MCP front: /mcp, Streamable HTTP (protocols.md §3); the SDK loads in the background.
     if config.mcp.enabled:
-        from bridge.fronts import mcp_http
+        from bridge.fronts.mcp import streamable_http as mcp_http
 
         mcp_http.register(app, config, manager)
     if metrics is not None:

@@ -101,8 +101,8 @@ async def _acp(name: str, route: Route, *, deep: bool) -> str:
         raise _Failed(f"cwd {cfg.cwd!r} is not a directory")  # type: ignore[union-attr]
     if not deep:
         return f"command {found} found"
-    from bridge.backs.acp_process import AgentProcess
-    from bridge.backs.acp_setup import agent_env
+    from bridge.backs.acp.process import AgentProcess
+    from bridge.backs.acp.setup import agent_env
     from bridge.schema import acp
 
     proc = AgentProcess(

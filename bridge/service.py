@@ -12,7 +12,7 @@ keep-alive connections; new sessions and turns are refused); running turns get
 `[daemon] shutdown_grace_s` to finish, then are cancelled through the session, so
 each front says it its own way (ACP `cancelled`, chat `interrupted`, A2A
 `CANCELED`); ACP socket connections end as at an editor's EOF once their answers are
-written, chat WebSockets close with 1001 once their runs' ends are sent (bridge/fronts/ws.py),
+written, chat WebSockets close with 1001 once their runs' ends are sent (bridge/fronts/chat/ws.py),
 queued A2A push notifications are delivered, and other HTTP connections get
 `[server] graceful_timeout_s` (one deadline for all of it); then the sessions close
 (their agent processes end) and the store is flushed and closed. A second signal
@@ -78,7 +78,7 @@ def _acp_listener(config: Config, activated: list[ActivatedSocket]) -> tuple[soc
     A path named in the config that cannot be used stops the start; the default path
     (another daemon of this user may hold it) is only warned about: the daemon then
     serves without an ACP socket."""
-    from bridge.fronts.acp_socket import bind_unix
+    from bridge.fronts.acp.unix_socket import bind_unix
     from bridge.shim import default_socket_path
 
     mine = [a for a in activated if a.kind == "acp"]
@@ -250,7 +250,7 @@ class _Service:
         from hypercorn.trio import serve as hyper_serve
 
         from bridge.doctor import Readiness
-        from bridge.fronts.acp_socket import AcpSocketFront
+        from bridge.fronts.acp.unix_socket import AcpSocketFront
 
         metrics = self.metrics
         manager.observer = metrics

@@ -115,14 +115,13 @@ class TurnObserver(Protocol):
 
 
 def _protocol_of(sub: Subscriber) -> str:
-    """The front a subscriber belongs to, for the events-relayed metric (`bridge.fronts.acp` → acp)."""
+    """The front a subscriber belongs to, for the events-relayed metric (`bridge.fronts.acp.front` → acp)."""
     name = getattr(sub, "protocol", None)
     if isinstance(name, str):
         return name
     module = type(sub).__module__
     if module.startswith("bridge.fronts."):
-        tail = module.rsplit(".", 1)[-1]
-        return "chat" if tail.startswith(("chat", "ws", "rest")) else tail.split("_")[0]
+        return module.split(".")[2]
     return module.rsplit(".", 1)[-1]
 
 

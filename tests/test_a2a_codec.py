@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from bridge.backs.a2a_cache import CardCache, freshness
+from bridge.backs.a2a.cache import CardCache, freshness
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardError, auth_placement, choose_interface, commands, parse_card
 from bridge.codecs.a2a_wire import A2AError, Binding, Dialect, Interface, InvalidResponse, Wire

@@ -1,4 +1,4 @@
-"""The files an ACP route serves its agent (bridge/backs/acp_local.py): nothing blocks for ever.
+"""The files an ACP route serves its agent (bridge/backs/acp/local.py): nothing blocks for ever.
 
 Issue 13, finding 7: `fs/read_text_file` of a FIFO blocked a worker thread trio cannot
 cancel; 45 of them took every default thread (then reloads and DNS look-ups stalled),
@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import trio
 
-from bridge.backs.acp_local import FS_THREADS, LocalFiles, fs_limiter
+from bridge.backs.acp.local import FS_THREADS, LocalFiles, fs_limiter
 from bridge.errors import Forbidden, InvalidParams, Overloaded, codes_for
 
 CEILING_S = 20

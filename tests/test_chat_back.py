@@ -25,7 +25,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 from bridge.backs import make_back
-from bridge.backs.chat import ChatBack
+from bridge.backs.chat.back import ChatBack
 from bridge.config import parse_config
 from bridge.core import events as ev
 from bridge.core.content import TextContent

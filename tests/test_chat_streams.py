@@ -1,4 +1,4 @@
-"""The chat streams (bridge/fronts/chat_streams.py) in one trio process, over the demo back.
+"""The chat streams (bridge/fronts/chat/streams.py) in one trio process, over the demo back.
 
 What the end-to-end tests cannot pin down reliably: a watcher that drops itself while
 the session is delivering an event, a join racing a running stream, a projection that
@@ -18,7 +18,7 @@ import trio.testing
 from bridge.backs import make_back
 from bridge.config import parse_config
 from bridge.core.content import TextContent
-from bridge.fronts.chat_streams import ChatStreams, TextFrame
+from bridge.fronts.chat.streams import ChatStreams, TextFrame
 from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
 

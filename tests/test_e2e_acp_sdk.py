@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.backs.demo import WORDS
+from bridge.backs.demo.back import WORDS
 
 CLIENT = Path(__file__).resolve().parent / "peers" / "acp_sdk_client.py"
 EVERY_KIND = {"agent_thought_chunk", "plan", "tool_call", "tool_call_update", "agent_message_chunk", "usage_update"}

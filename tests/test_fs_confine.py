@@ -14,7 +14,7 @@ import msgspec
 import pytest
 import trio
 
-from bridge.backs.acp_local import LocalFiles, LocalTerminals, _Terminal, confine
+from bridge.backs.acp.local import LocalFiles, LocalTerminals, _Terminal, confine
 from bridge.errors import Forbidden, InvalidParams, NotFound
 
 

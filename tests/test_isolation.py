@@ -439,9 +439,9 @@ def test_overloaded_maps_to_a_clear_code_on_every_protocol() -> None:
 
 
 async def test_a_ws_connection_that_has_ended_never_starts_a_task_in_its_closed_nursery() -> None:
-    from bridge.fronts.chat_access import Access
-    from bridge.fronts.chat_streams import ChatStreams
-    from bridge.fronts.ws import WsFront, _Connection
+    from bridge.fronts.chat.access import Access
+    from bridge.fronts.chat.streams import ChatStreams
+    from bridge.fronts.chat.ws import WsFront, _Connection
 
     config = make_config()
     sent: list[dict[str, Any]] = []
@@ -504,7 +504,7 @@ async def test_an_http_handler_that_raises_is_that_clients_500_and_a_log_line(ca
 async def test_an_acp_request_whose_handler_raises_is_a_32603_and_the_connection_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     import json
 
-    from bridge.fronts.acp import AcpConnection
+    from bridge.fronts.acp.front import AcpConnection
 
     config = make_config()
     to_bridge_send, to_bridge_recv = trio.testing.memory_stream_one_way_pair()

@@ -3,7 +3,7 @@
 - `bridge.core`, `bridge.schema` and `bridge.codecs` are sans-I/O: no trio, no
   network library, nothing from the layers above them. Every import counts,
   including `from x import y` and imports inside functions.
-- `bridge.cli` and `bridge.fronts.acp` (what an editor spawns) load no HTTP server,
+- `bridge.cli` and `bridge.fronts.acp.front` (what an editor spawns) load no HTTP server,
   HTTP client or MCP SDK, so `agent-bridge acp` starts fast (DESIGN.md, "Libraries").
 """
 
@@ -132,7 +132,7 @@ def test_the_checker_catches_every_import_form(tmp_path: Path) -> None:
 _PROBE = """
 import json, sys
 import bridge.cli
-import bridge.fronts.acp
+import bridge.fronts.acp.front
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -142,7 +142,7 @@ def test_acp_command_imports_no_server_http_client_or_mcp() -> None:
     loaded = json.loads(proc.stdout)
     heavy = sorted(m for m in loaded if m.split(".")[0] in {"hypercorn", "httpx", "httpcore", "mcp", "h11", "h2", "starlette"})
     assert heavy == []
-    assert "bridge.fronts.acp" in loaded  # the probe did import it
+    assert "bridge.fronts.acp.front" in loaded  # the probe did import it
 
 
 def test_sans_io_layers_load_without_trio_in_a_fresh_interpreter() -> None:

@@ -22,7 +22,7 @@ from bridge.config import WsFrontConfig
 from bridge.core import events as ev
 from bridge.core.content import TextContent
 from bridge.errors import InvalidParams
-from bridge.fronts.chat_streams import RUNS_KEY, ChatStreams
+from bridge.fronts.chat.streams import RUNS_KEY, ChatStreams
 from bridge.schema.chat import RunOptions
 
 EVIL = "^(a+)+$"

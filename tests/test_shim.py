@@ -1,5 +1,5 @@
 """`agent-bridge acp ROUTE --connect`: an editor's stdio relayed to the daemon (bridge/shim.py,
-bridge/fronts/acp_socket.py), with the official ACP Python SDK as the editor, in its own process
+bridge/fronts/acp/unix_socket.py), with the official ACP Python SDK as the editor, in its own process
 (tests/peers/acp_shim_editor.py)."""
 
 from __future__ import annotations

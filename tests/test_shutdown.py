@@ -245,9 +245,9 @@ async def test_a_websocket_arriving_while_stopping_is_refused_before_the_upgrade
     from types import SimpleNamespace
 
     from bridge.config import parse_config
-    from bridge.fronts.chat_access import Access
-    from bridge.fronts.chat_streams import ChatStreams
-    from bridge.fronts.ws import WsFront
+    from bridge.fronts.chat.access import Access
+    from bridge.fronts.chat.streams import ChatStreams
+    from bridge.fronts.chat.ws import WsFront
 
     config = parse_config({"routes": {"demo": demo_route()}})
     manager: Any = SimpleNamespace(accepting=False, refusal="the bridge is shutting down")

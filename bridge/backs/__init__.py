@@ -12,19 +12,19 @@ def make_back(name: str, route: Route) -> Back:
     """The back for a route. Imports are local so a route loads only what it uses."""
     kind = route.back.__struct_config__.tag
     if kind == "demo":
-        from bridge.backs.demo import DemoBack
+        from bridge.backs.demo.back import DemoBack
 
         return DemoBack(name, route)
     if kind == "acp":
-        from bridge.backs.acp import AcpBack
+        from bridge.backs.acp.back import AcpBack
 
         return AcpBack(name, route)
     if kind == "a2a":
-        from bridge.backs.a2a import A2ABack
+        from bridge.backs.a2a.back import A2ABack
 
         return A2ABack(name, route)
     if kind == "chat":
-        from bridge.backs.chat import ChatBack
+        from bridge.backs.chat.back import ChatBack
 
         return ChatBack(name, route)
     raise ValueError(f"unknown back kind {kind!r}")  # config validation makes this unreachable

@@ -18,7 +18,7 @@ from functools import partial
 
 import trio
 
-from bridge.backs.procgroup import kill_group
+from bridge.transport.procgroup import kill_group
 from bridge.errors import PromptError
 from bridge.logs import add_secret
 from bridge.prompts.config import PromptSource, SecretRef

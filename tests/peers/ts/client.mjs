@@ -4,7 +4,7 @@
 //
 //   node client.mjs SCENARIO [--session ID] -- BRIDGE_COMMAND [ARGS...]
 //
-// Scenarios (demo route prompt words, see bridge/backs/demo.py):
+// Scenarios (demo route prompt words, see bridge/backs/demo/back.py):
 //   allow   new session, prompt "all: hi", every permission answered allow_once
 //   reject  new session, prompt "ask: x", the permission answered reject_once
 //   cancel  new session, prompt "slow: x", session/cancel after the first agent chunk

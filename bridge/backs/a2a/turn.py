@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import trio
 
-from bridge.backs.a2a import A2ABack, Broken, stream_events
+from bridge.backs.a2a.back import A2ABack, Broken, stream_events
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardView
@@ -38,7 +38,7 @@ from bridge.schema import a2a as s
 
 __all__ = ["A2ASession"]
 
-log = logging.getLogger("bridge.backs.a2a")
+log = logging.getLogger("bridge.backs.a2a.back")
 
 
 def _new_id() -> str:

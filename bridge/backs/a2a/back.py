@@ -36,7 +36,7 @@ import httpx
 import trio
 
 from bridge import __version__
-from bridge.backs.a2a_cache import CardCache
+from bridge.backs.a2a.cache import CardCache
 from bridge.backs.base import AgentInfo, SessionContext
 from bridge.backs.secrets import Secret, read_token
 from bridge.codecs.a2a_card import AuthPlacement, CardError, CardView, auth_placement, choose_interface, commands, parse_card
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["A2ABack", "Broken", "stream_events"]
 
-log = logging.getLogger("bridge.backs.a2a")
+log = logging.getLogger("bridge.backs.a2a.back")
 # httpx logs every request at INFO; on a streaming turn that drowns the bridge's own lines.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -307,7 +307,7 @@ class A2ABack:
         return bool(self.cfg.token_env or self.cfg.token_file)
 
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> Any:
-        from bridge.backs.a2a_turn import A2ASession  # the turn logic needs this module first
+        from bridge.backs.a2a.turn import A2ASession  # the turn logic needs this module first
 
         return A2ASession(self, ctx)
 

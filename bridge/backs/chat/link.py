@@ -37,17 +37,17 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from bridge.backs.chat import where
+from bridge.backs.chat.back import where
 from bridge.backs.secrets import Secret
 from bridge.codecs import chat_client, safejson, socketio
 from bridge.errors import BackError
 
 if TYPE_CHECKING:
-    from bridge.backs.chat import ChatBack
+    from bridge.backs.chat.back import ChatBack
 
 __all__ = ["Dropped", "Frame", "Link", "Subscribed", "check"]
 
-log = logging.getLogger("bridge.backs.chat")
+log = logging.getLogger("bridge.backs.chat.back")
 
 _enc = msgspec.json.Encoder()
 

@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 import trio
 
-from bridge.backs.procgroup import kill_group
+from bridge.transport.procgroup import kill_group
 from bridge.codecs.jsonrpc import decode_params
 from bridge.errors import Forbidden, InvalidParams, NotFound, Overloaded
 

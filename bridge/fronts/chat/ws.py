@@ -58,10 +58,10 @@ from bridge.errors import (
     PeerError,
     codes_for,
 )
-from bridge.fronts.chat_access import Access
-from bridge.fronts.chat_streams import RUNS_KEY, ChatStreams, TextFrame
+from bridge.fronts.chat.access import Access
+from bridge.fronts.chat.streams import RUNS_KEY, ChatStreams, TextFrame
 from bridge.fronts.http import Scope
-from bridge.fronts.ws_send import (
+from bridge.fronts.chat.ws_send import (
     AsgiSender,
     FrameQueue,
     Gone,
@@ -75,7 +75,7 @@ from bridge.session import SessionManager
 
 __all__ = ["CLOSE_GOING_AWAY", "CLOSE_SLOW", "WsFront"]
 
-log = logging.getLogger("bridge.fronts.ws")
+log = logging.getLogger("bridge.fronts.chat.ws")
 
 CLOSE_SLOW = 4008  # application-defined twin of 1008 (policy): "slow consumer"
 CLOSE_GOING_AWAY = 1001  # RFC 6455 §7.4.1: "a server going down"

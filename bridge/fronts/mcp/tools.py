@@ -41,7 +41,7 @@ from bridge.session import Session, SessionManager
 
 __all__ = ["call", "tools"]
 
-log = logging.getLogger("bridge.fronts.mcp")
+log = logging.getLogger("bridge.fronts.mcp.front")
 
 _INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",

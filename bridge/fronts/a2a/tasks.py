@@ -23,7 +23,7 @@ end, so a task's final state is stored with it): `ctx` (a side session's context
 session), `cont` (continuation turn → task), `tasks` (task id → `state`, `ts`,
 `turns` after the first, client message ids `mids`, `refs`, push `push` configs).
 GetTask, ListTasks and SubscribeToTask read live tasks, then a small cache, then
-the store (bridge/fronts/a2a_read.py), so they work after the turn ended and after
+the store (bridge/fronts/a2a/read.py), so they work after the turn ended and after
 a restart.
 """
 
@@ -43,15 +43,15 @@ from bridge.config import A2AFrontConfig
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
-from bridge.fronts.a2a_read import META, a2a_meta, list_tasks, replay
-from bridge.fronts.a2a_read import task_meta as _task_meta
-from bridge.fronts.a2a_stream import LiveTask
+from bridge.fronts.a2a.read import META, a2a_meta, list_tasks, replay
+from bridge.fronts.a2a.read import task_meta as _task_meta
+from bridge.fronts.a2a.stream import LiveTask
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 
 __all__ = ["META", "TaskService"]
 
-log = logging.getLogger("bridge.fronts.a2a")
+log = logging.getLogger("bridge.fronts.a2a.front")
 
 _RECENT = 1024  # finished tasks kept projected in memory
 _REFERENCE_CHARS = 16 * 1024

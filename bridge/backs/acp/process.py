@@ -36,7 +36,7 @@ import trio
 
 from bridge import __version__
 from bridge.backs.base import TaskSpawner, TurnHandle
-from bridge.backs.procgroup import describe_exit, kill_group
+from bridge.transport.procgroup import describe_exit, kill_group
 from bridge.codecs import safejson
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
 from bridge.codecs.ndjson import LineReader, Oversized
@@ -47,8 +47,8 @@ from bridge.schema.jsonrpc import Notification, Request, Response
 
 __all__ = ["AgentProcess", "Handler", "InitResult"]
 
-log = logging.getLogger("bridge.backs.acp")
-agent_log = logging.getLogger("bridge.backs.acp.agent")  # the agents' own stderr
+log = logging.getLogger("bridge.backs.acp.back")
+agent_log = logging.getLogger("bridge.backs.acp.back.agent")  # the agents' own stderr
 
 _READ = 65536
 _MAX_CALLS = 64  # requests from the agent served at once; more are answered Busy

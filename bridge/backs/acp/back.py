@@ -28,10 +28,10 @@ from typing import Any
 import msgspec
 import trio
 
-from bridge.backs.acp_local import LocalFiles, LocalTerminals
-from bridge.backs.acp_process import AgentProcess
-from bridge.backs.acp_requests import answer_permission, client_service
-from bridge.backs.acp_setup import (
+from bridge.backs.acp.local import LocalFiles, LocalTerminals
+from bridge.backs.acp.process import AgentProcess
+from bridge.backs.acp.requests import answer_permission, client_service
+from bridge.backs.acp.setup import (
     MODE,
     STOPS,
     agent_env,
@@ -54,7 +54,7 @@ from bridge.schema import acp
 
 __all__ = ["AcpBack", "AcpSession"]
 
-log = logging.getLogger("bridge.backs.acp")
+log = logging.getLogger("bridge.backs.acp.back")
 
 _STREAMED = frozenset((acp.AgentMessageChunk, acp.AgentThoughtChunk, acp.ToolCallUpdate, acp.Plan))
 _dict_decoder = safejson.Decoder(dict[str, Any])

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import trio
 
 from bridge.backs.base import SessionContext, TurnHandle
-from bridge.backs.chat import run_options, where
-from bridge.backs.chat_link import Dropped, Frame, Link, Subscribed
+from bridge.backs.chat.back import run_options, where
+from bridge.backs.chat.link import Dropped, Frame, Link, Subscribed
 from bridge.codecs import chat_client
 from bridge.codecs.chat_client import ChatFollower
 from bridge.core import events as ev
@@ -44,11 +44,11 @@ from bridge.core.content import TextContent, text_of
 from bridge.errors import BackError, BackUnavailable, PeerError
 
 if TYPE_CHECKING:
-    from bridge.backs.chat import ChatBack
+    from bridge.backs.chat.back import ChatBack
 
 __all__ = ["ChatSession"]
 
-log = logging.getLogger("bridge.backs.chat")
+log = logging.getLogger("bridge.backs.chat.back")
 
 class _Answered(NamedTuple):
     question: ev.Question

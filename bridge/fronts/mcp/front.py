@@ -35,14 +35,14 @@ from bridge import __version__
 from bridge.codecs.numbers import small_int
 from bridge.config import Config
 from bridge.errors import PromptError
-from bridge.fronts import mcp_tools
+from bridge.fronts.mcp import tools as mcp_tools
 from bridge.prompts.mcp_source import ndjson_transport
 from bridge.prompts.text import Command, hint_of, render_template
 from bridge.session import SessionManager
 
 __all__ = ["McpFront", "serve_mcp_stdio"]
 
-log = logging.getLogger("bridge.fronts.mcp")
+log = logging.getLogger("bridge.fronts.mcp.front")
 
 _PAGE = 100
 _MAX_VALUES = 100  # completion values per answer (§3.4)

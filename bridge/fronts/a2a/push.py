@@ -41,13 +41,13 @@ from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.config import A2AFrontConfig
 from bridge.errors import InvalidParams, NotFound
-from bridge.fronts.a2a_read import a2a_meta, task_meta
-from bridge.fronts.a2a_tasks import TaskService
+from bridge.fronts.a2a.read import a2a_meta, task_meta
+from bridge.fronts.a2a.tasks import TaskService
 from bridge.schema import a2a as s
 
 __all__ = ["PushService", "host_allowed"]
 
-log = logging.getLogger("bridge.fronts.a2a")
+log = logging.getLogger("bridge.fronts.a2a.front")
 
 _enc = msgspec.json.Encoder()
 _RETRY = {408, 425, 429}

@@ -70,7 +70,7 @@ from bridge.session import Session, SessionManager
 
 __all__ = ["AcpConnection", "serve_acp"]
 
-log = logging.getLogger("bridge.fronts.acp")
+log = logging.getLogger("bridge.fronts.acp.front")
 
 _result_decoder: dict[type, msgspec.json.Decoder[Any]] = {}
 

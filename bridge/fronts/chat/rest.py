@@ -28,8 +28,8 @@ from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.core.turn import TurnState
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
-from bridge.fronts.chat_access import Access
-from bridge.fronts.chat_streams import ChatStreams
+from bridge.fronts.chat.access import Access
+from bridge.fronts.chat.streams import ChatStreams
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
 from bridge.session import SessionManager
 from bridge.store import SessionRecord
@@ -37,7 +37,7 @@ from bridge.store.base import CUT_META_KEY
 
 __all__ = ["register"]
 
-log = logging.getLogger("bridge.fronts.rest")
+log = logging.getLogger("bridge.fronts.chat.rest")
 
 _STATUS = {"cancelled": "interrupted", "failed": "failed", "input_required": "waiting_for_input"}
 _enc = msgspec.json.Encoder()

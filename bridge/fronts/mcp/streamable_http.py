@@ -27,13 +27,13 @@ import trio
 
 from bridge.config import Config
 from bridge.fronts.http import HttpApp, Scope, header
-from bridge.fronts.mcp_ids import IdGate
+from bridge.fronts.mcp.ids import IdGate
 from bridge.prompts.registry import load_module
 from bridge.session import SessionManager
 
 __all__ = ["McpHttp", "register"]
 
-log = logging.getLogger("bridge.fronts.mcp")
+log = logging.getLogger("bridge.fronts.mcp.front")
 
 _READY_WAIT_S = 30.0
 
@@ -69,7 +69,7 @@ class McpHttp:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
-            mcp = await load_module("bridge.fronts.mcp")
+            mcp = await load_module("bridge.fronts.mcp.front")
             from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
             from mcp.server.transport_security import TransportSecuritySettings
         except ImportError as exc:
@@ -129,7 +129,7 @@ class McpHttp:
             await _refuse(send, status, message)
             return
         sm = self._sm
-        # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp_ids.py).
+        # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp/ids.py).
         await self._ids.serve(scope, receive, lambda replay: sm.handle_request(scope, replay, _shielded(send)))
 
 

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from bridge.codecs import safejson
-from bridge.backs.acp_setup import CANCELLED, pick, selected
+from bridge.backs.acp.setup import CANCELLED, pick, selected
 from bridge.core import events as ev
 from bridge.errors import MethodNotFound
 from bridge.schema import acp
 
 if TYPE_CHECKING:
-    from bridge.backs.acp import AcpSession
+    from bridge.backs.acp.back import AcpSession
 
 __all__ = ["answer_permission", "client_service"]
 
-log = logging.getLogger("bridge.backs.acp")
+log = logging.getLogger("bridge.backs.acp.back")
 
 _READ_KINDS = frozenset(("read", "search", "fetch"))
 _ASK_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")

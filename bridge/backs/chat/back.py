@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ChatBack", "run_options", "where"]
 
-log = logging.getLogger("bridge.backs.chat")
+log = logging.getLogger("bridge.backs.chat.back")
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -53,7 +53,7 @@ def where(url: str) -> str:
 
 # `SessionRecord.meta["chat_runs"][turn_id]`: what our `/ws` front's `chat:send` asked
 # for (headless, output_schema), written before the turn reaches the back
-# (bridge/fronts/chat_streams.py RUNS_KEY).
+# (bridge/fronts/chat/streams.py RUNS_KEY).
 _RUNS_KEY = "chat_runs"
 
 
@@ -199,13 +199,13 @@ class ChatBack:
 
     # -- the Back protocol ---------------------------------------------------------------------
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> Any:
-        from bridge.backs.chat_turn import ChatSession  # the turn logic needs this module first
+        from bridge.backs.chat.turn import ChatSession  # the turn logic needs this module first
 
         return ChatSession(self, ctx)
 
     async def probe(self, *, deep: bool) -> str:
         """`doctor` and `/readyz`: connect and authenticate, then leave."""
-        from bridge.backs.chat_link import check
+        from bridge.backs.chat.link import check
 
         return await check(self)
 

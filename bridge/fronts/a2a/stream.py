@@ -32,7 +32,7 @@ from bridge.schema import a2a as s
 
 __all__ = ["LiveTask", "SseStream"]
 
-log = logging.getLogger("bridge.fronts.a2a")
+log = logging.getLogger("bridge.fronts.a2a.front")
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -46,9 +46,9 @@ from bridge.codecs.a2a_server import A2AFault, EventEncoder
 from bridge.codecs.a2a_wire import Binding, Dialect
 from bridge.config import Config, Route
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, PeerError, codes_for
-from bridge.fronts.a2a_push import PushService
-from bridge.fronts.a2a_stream import SseStream
-from bridge.fronts.a2a_tasks import TaskService
+from bridge.fronts.a2a.push import PushService
+from bridge.fronts.a2a.stream import SseStream
+from bridge.fronts.a2a.tasks import TaskService
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
 from bridge.logs import add_secret
 from bridge.schema import a2a as s
@@ -56,7 +56,7 @@ from bridge.session import SessionManager
 
 __all__ = ["A2AFront", "register"]
 
-log = logging.getLogger("bridge.fronts.a2a")
+log = logging.getLogger("bridge.fronts.a2a.front")
 
 _enc = msgspec.json.Encoder()
 _BY_CODE = {code: name for name, (code, _, _) in s.ERRORS.items()}

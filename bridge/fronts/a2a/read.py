@@ -28,7 +28,7 @@ from bridge.session import SessionManager
 
 __all__ = ["META", "a2a_meta", "list_tasks", "replay", "task_meta"]
 
-META = "a2a"  # the A2A front's key in SessionRecord.meta (bridge/fronts/a2a_tasks.py says what it holds)
+META = "a2a"  # the A2A front's key in SessionRecord.meta (bridge/fronts/a2a/tasks.py says what it holds)
 _S = s.TaskState
 
 

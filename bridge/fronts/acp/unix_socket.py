@@ -27,12 +27,12 @@ import msgspec
 import trio
 
 from bridge.codecs import safejson
-from bridge.fronts.acp import AcpConnection
+from bridge.fronts.acp.front import AcpConnection
 from bridge.session import SessionManager
 
 __all__ = ["AcpSocketFront", "bind_unix"]
 
-log = logging.getLogger("bridge.fronts.acp_socket")
+log = logging.getLogger("bridge.fronts.acp.unix_socket")
 
 _PREAMBLE_TIMEOUT_S = 10.0
 _MAX_PREAMBLE = 4096

@@ -1,0 +1,1 @@
+"""Chat back: a remote chat-event-stream server (WebSocket or Socket.IO)."""

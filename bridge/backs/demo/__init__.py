@@ -1,0 +1,1 @@
+"""Demo back: the built-in scripted agent."""

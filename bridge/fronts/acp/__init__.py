@@ -1,0 +1,1 @@
+"""ACP front: the agent side of ACP for editors (stdio, or the daemon's unix socket)."""

@@ -1,0 +1,1 @@
+"""MCP front: prompts and routes as an MCP server (stdio and Streamable HTTP)."""
