@@ -20,7 +20,6 @@ from bridge.codecs import acp as codec
 from bridge.codecs.jsonrpc import (
     Call,
     Notify,
-    Outgoing,
     ProtocolError,
     Reply,
     decode_params,
@@ -505,18 +504,6 @@ def test_encode_lines_structs_with_wire_names() -> None:
         "method": "session/update",
         "params": {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}},
     }
-
-
-def test_outgoing_numbers_requests_and_settles_replies() -> None:
-    out = Outgoing()
-    a = out.request("session/request_permission", {"x": 1})
-    b = out.request("elicitation/create", {})
-    assert (a.id, b.id) == (1, 2)
-    reply = parse(b'{"jsonrpc":"2.0","id":2,"result":{"action":"cancel"}}')
-    assert isinstance(reply, Reply)
-    assert out.settle(reply) == "elicitation/create"
-    assert out.settle(reply) is None  # answered twice, or never asked
-    assert list(out.pending) == [1]
 
 
 # -- ACP: golden session/update fixtures -------------------------------------------------

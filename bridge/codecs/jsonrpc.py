@@ -3,7 +3,7 @@
 `parse(line)` turns one frame into a `Request`, `Notification` or `Reply`, or raises
 a `PeerError` subclass that carries the request id when it could be read.
 `decode_params(raw, type)` maps msgspec's errors to `InvalidParams` with the `$.path`.
-`Outgoing` numbers the requests we send and matches their replies.
+The requests we send are numbered and settled by `bridge/codecs/jsonrpc_peer.py`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from msgspec import UNSET, Raw
 
 from bridge.codecs import safejson
 from bridge.errors import BridgeError, InvalidParams, InvalidRequest, ParseError, codes_for
-from bridge.schema.jsonrpc import Envelope, ErrorObject, ErrorResponse, Notification, Request, RequestId, Response
+from bridge.schema.jsonrpc import Envelope, ErrorObject, ErrorResponse, Notification, RequestId, Response
 
 __all__ = [
     "Call",
     "Incoming",
     "Notify",
-    "Outgoing",
     "ProtocolError",
     "Reply",
     "decode_params",
@@ -127,25 +126,6 @@ def encode_lines(messages: list[Any], buf: bytearray | None = None) -> bytearray
         enc(m, out, -1)
         out += b"\n"
     return out
-
-
-class Outgoing:
-    """Ids for the requests we send, and what each was for."""
-
-    __slots__ = ("_next", "pending")
-
-    def __init__(self) -> None:
-        self._next = 0
-        self.pending: dict[RequestId, str] = {}
-
-    def request(self, method: str, params: Any) -> Request:
-        self._next += 1
-        self.pending[self._next] = method
-        return Request(id=self._next, method=method, params=params)
-
-    def settle(self, reply: Reply) -> str | None:
-        """The method a reply answers, or None if we never asked (or gave up)."""
-        return self.pending.pop(reply.id, None)
 
 
 __all__ += ["Notification", "Response"]

@@ -1,12 +1,14 @@
 """The ACP front: the agent side of ACP v1 over a byte stream (stdio or a unix socket).
 
 One connection = one reader task (frames in, handled in order) + one writer task
-(outbox drained in batches). Requests are answered in the order they arrive, except
-`session/prompt`, which starts its turn at once (so a `session/cancel` right behind
-it finds the turn) and is answered by its own task when the turn ends. Requests we
-send the editor (permission, elicitation) are matched by `codecs.jsonrpc.Outgoing`.
+(outbox drained in batches), both from `bridge/transport/ndjson.py`. Requests are
+answered in the order they arrive, except `session/prompt`, which starts its turn at
+once (so a `session/cancel` right behind it finds the turn) and is answered by its own
+task when the turn ends. Requests we send the editor (permission, elicitation, and the
+back's `fs/*` and `terminal/*` through `EditorServices`) are numbered and settled by the
+connection's JSON-RPC peer (`bridge/codecs/jsonrpc_peer.py`).
 
-Protocol reference: protocols.md §1; agentclientprotocol.com/protocol/v1.
+Protocol reference: agentclientprotocol.com/protocol/v1 (ACP schema, v1).
 """
 
 from __future__ import annotations
@@ -17,24 +19,15 @@ import datetime as dt
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import trio
 
 from bridge import __version__
 from bridge.codecs import acp as codec
-from bridge.codecs.jsonrpc import (
-    Call,
-    Notify,
-    Outgoing,
-    ProtocolError,
-    Reply,
-    decode_params,
-    encode_lines,
-    error_response,
-    parse,
-)
+from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, error_response
+from bridge.codecs.jsonrpc_peer import CancelRequested, RequestError, RequestResult
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
 from bridge.core.content import TextContent
@@ -51,29 +44,23 @@ from bridge.core.events import (
 from bridge.errors import (
     AuthRequired,
     BackAuthRequired,
-    BackError,
-    BackUnavailable,
     BridgeError,
     FrameTooLarge,
-    InternalError,
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
     NotFound,
     PeerError,
-    RequestCancelled,
 )
-from bridge.fronts.outbox import Outbox
+from bridge.fronts.acp.editor import EditorServices
 from bridge.schema import acp
-from bridge.schema.jsonrpc import Notification, Response
+from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
+from bridge.transport.ndjson import ANSWERED, NdjsonConnection, receive_frames
 
 __all__ = ["AcpConnection", "serve_acp"]
 
 log = logging.getLogger("bridge.fronts.acp.front")
-
-_result_decoder: dict[type, msgspec.json.Decoder[Any]] = {}
-
 
 async def serve_acp(
     receive: trio.abc.ReceiveStream,
@@ -89,6 +76,8 @@ async def serve_acp(
 
 class _Attached:
     """A session this connection is attached to, and the subscriber feeding it."""
+
+    protocol: ClassVar[str] = "acp"
 
     def __init__(self, conn: AcpConnection, session: Session) -> None:
         self.conn = conn
@@ -139,16 +128,16 @@ class AcpConnection:
         self.config = config
         self.route_name = route
         self.route: Route = config.routes[route]
-        self.outbox = Outbox(config.acp.outbox_max_events)
-        self.outgoing = Outgoing()
-        self._replies: dict[Any, tuple[trio.Event, list[Reply]]] = {}
+        self.conn = NdjsonConnection(send, max_outbox_items=config.acp.outbox_max_events, log=log)
+        self.outbox = self.conn.outbox
+        self.peer = self.conn.peer
         self._asked: dict[str, Any] = {}  # question id → our request id
         self.attached: dict[str, _Attached] = {}
         self.prompts: dict[Any, Session] = {}  # prompt request id → session
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
-        self.services = _EditorServices(self)
+        self.services = EditorServices(self.conn, config.acp.request_timeout_s)
         self._nursery: trio.Nursery | None = None
         self._writer_done = trio.Event()
         self._handlers: dict[str, tuple[type, Callable[[Any, Any], Awaitable[Any]]]] = {
@@ -182,55 +171,36 @@ class AcpConnection:
             self.outbox.close()
             for att in self.attached.values():
                 att.unsubscribe()
-            for event, _box in list(self._replies.values()):
-                event.set()  # nobody will answer now: wake whoever waits (a back's fs call)
+            self.conn.abandon_all()  # nobody will answer now: wake whoever waits (a back's fs call)
             for session in set(self.prompts.values()):
                 session.cancel()
 
     async def _reader(self) -> None:
         lines = LineReader(self.config.acp.max_frame_bytes)
         while True:
-            try:
-                data = await self.receive.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            frames = lines.feed(data) if data else lines.feed_eof()
+            frames, ended = await receive_frames(self.receive, lines)
             for frame in frames:
                 await self._handle_frame(frame)
-            if not data:
+            if ended:
                 return
             if self.outbox.congested():
                 await self.outbox.wait_uncongested()
 
     async def _writer(self) -> None:
         try:
-            await self._write_all()
+            if not await self.conn.write_loop():
+                log.info("ACP client went away")
         finally:
             self._writer_done.set()
 
-    async def _write_all(self) -> None:
-        buf = bytearray()
-        while True:
-            items = await self.outbox.take()
-            if not items:
-                return
-            buf.clear()
-            encode_lines(items, buf)
-            try:
-                await self.send.send_all(buf)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                log.info("ACP client went away")
-                self.outbox.close()
-                return
-
     def _reply(self, id: Any, result: Any) -> None:
-        self.outbox.put(Response(id=id, result=result))
+        self.peer.respond(id, result)
 
     def _fail(self, id: Any, exc: BaseException) -> None:
-        self.outbox.put(error_response(id, exc))
+        self.peer.respond_error(id, exc)
 
     def _notify(self, method: str, params: Any) -> None:
-        self.outbox.put(Notification(method=method, params=params))
+        self.peer.notify(method, params)
 
     # -- dispatch ---------------------------------------------------------------------
     async def _handle_frame(self, frame: bytes | Oversized) -> None:
@@ -240,46 +210,35 @@ class AcpConnection:
             self._fail(None, FrameTooLarge(f"frame of {frame.size} bytes exceeds max_frame_bytes ({limit})"))
             return
         try:
-            msg = parse(frame)
+            msg = self.peer.receive(frame)
         except ProtocolError as exc:
             log.warning("bad ACP frame: %s", exc.error.message)
             self._fail(exc.id, exc.error)
             return
-        if isinstance(msg, Call):
-            await self._call(msg)
-        elif isinstance(msg, Notify):
-            self._notification(msg)
+        kind = type(msg)
+        if kind is Call:
+            await self.conn.serve_call(msg, self._dispatch, what="ACP")  # type: ignore[arg-type]
+        elif kind is Notify:
+            self._notification(msg)  # type: ignore[arg-type]
+        elif kind is CancelRequested:
+            session = self.prompts.get(msg.request_id)  # type: ignore[union-attr]
+            if session is not None:
+                session.cancel()  # the prompt is then answered `cancelled`
         else:
-            self._settle(msg)
+            self.conn.settled(msg)  # type: ignore[arg-type]
 
-    async def _call(self, call: Call) -> None:
+    async def _dispatch(self, call: Call) -> Any:
         entry = self._handlers.get(call.method)
-        try:
-            if entry is None:
-                raise MethodNotFound(f"method not found: {call.method}")
-            if call.method != "initialize" and not self.initialized:
-                raise InvalidRequest("call initialize first")
-            if call.method.startswith("session/") and not self.authenticated:
-                auth = self.route.acp_auth
-                assert auth is not None
-                raise AuthRequired(f"authentication required: call authenticate with methodId {auth.method_id!r}")
-            params_type, handler = entry
-            params = decode_params(call.params, params_type)
-            result = await handler(call, params)
-        except PeerError as exc:
-            log.warning("ACP %s failed: %s", call.method, exc.message)
-            self._fail(call.id, exc)
-        except BridgeError as exc:
-            log.warning("ACP %s failed: %s", call.method, exc.message)
-            self._fail(call.id, exc)
-        except Exception:
-            # One request's boundary (STYLE.md rule 17): our bug is this request's -32603
-            # and a log line; the connection, its sessions and other clients go on.
-            log.exception("ACP %s failed", call.method)
-            self._fail(call.id, InternalError("internal error"))
-        else:
-            if result is not _LATER:
-                self._reply(call.id, result)
+        if entry is None:
+            raise MethodNotFound(f"method not found: {call.method}")
+        if call.method != "initialize" and not self.initialized:
+            raise InvalidRequest("call initialize first")
+        if call.method.startswith("session/") and not self.authenticated:
+            auth = self.route.acp_auth
+            assert auth is not None
+            raise AuthRequired(f"authentication required: call authenticate with methodId {auth.method_id!r}")
+        params_type, handler = entry
+        return await handler(call, decode_params(call.params, params_type))
 
     def _notification(self, note: Notify) -> None:
         try:
@@ -288,52 +247,33 @@ class AcpConnection:
                 att = self.attached.get(params.session_id)
                 if att is not None:
                     att.session.cancel()
-            elif note.method == "$/cancel_request":
-                req = decode_params(note.params, acp.CancelRequestParams)
-                session = self.prompts.get(req.request_id)
-                if session is not None:
-                    session.cancel()  # the prompt is then answered `cancelled`
             else:
                 log.debug("ignored ACP notification %s", note.method)
         except PeerError as exc:
             log.warning("bad ACP notification %s: %s", note.method, exc.message)
 
-    def _settle(self, reply: Reply) -> None:
-        if self.outgoing.settle(reply) is None:
-            log.debug("reply to an unknown or abandoned request %r", reply.id)
-            return
-        slot = self._replies.get(reply.id)
-        if slot is not None:
-            slot[1].append(reply)
-            slot[0].set()
-
-    async def _request(self, method: str, params: Any, *, question_id: str) -> Reply | None:
+    async def _request(self, method: str, params: Any, *, question_id: str) -> RequestResult | RequestError | None:
         """Ask the editor; None when it does not answer in time or goes away."""
-        req = self.outgoing.request(method, params)
-        slot: tuple[trio.Event, list[Reply]] = (trio.Event(), [])
-        self._replies[req.id] = slot
-        self._asked[question_id] = req.id
-        self.outbox.put(req)
+        pending = self.conn.start_request(method, params)
+        self._asked[question_id] = pending.id
         try:
-            with trio.move_on_after(self.config.acp.request_timeout_s):
-                await slot[0].wait()
+            return await self.conn.wait(pending, timeout_s=self.config.acp.request_timeout_s)
         finally:
-            self._replies.pop(req.id, None)
             self._asked.pop(question_id, None)
-            self.outgoing.pending.pop(req.id, None)
-        return slot[1][0] if slot[1] else None
 
     # -- handlers ---------------------------------------------------------------------
     async def _initialize(self, call: Call, p: acp.InitializeParams) -> acp.InitializeResult:
         self.initialized = True
         self.client_caps = p.client_capabilities or acp.ClientCapabilities()
+        self.services.caps = self.client_caps
         back = self.manager.back_for(self.route_name)
         ready = getattr(back, "ready", None)  # a back that looks its agent up first (an A2A card)
         if ready is not None:
             await ready()
         auth = self.route.acp_auth
         return acp.InitializeResult(
-            # We speak v1; a client asking for more gets 1 and decides (protocols.md §1.2).
+            # We speak v1; a client asking for more gets 1 and decides (ACP, Initialization:
+            # version negotiation).
             protocol_version=acp.PROTOCOL_VERSION,
             agent_capabilities=acp.AgentCapabilities(
                 load_session=True,
@@ -385,7 +325,7 @@ class AcpConnection:
         att.release(0)
         self._reply(call.id, self._setup_result(session, acp.NewSessionResult))
         self._announce_commands(session)
-        return _LATER
+        return ANSWERED
 
     async def _load(self, call: Call, p: acp.LoadSessionParams) -> Any:
         session = await self.manager.get(p.session_id)
@@ -411,14 +351,14 @@ class AcpConnection:
         att.release(history[-1].seq if history else 0)
         self._reply(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
-        return _LATER
+        return ANSWERED
 
     async def _resume(self, call: Call, p: acp.LoadSessionParams) -> Any:
         session = await self.manager.get(p.session_id)
         self._attach(session).release(session.last_seq)
         self._reply(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
-        return _LATER
+        return ANSWERED
 
     async def _list(self, call: Call, p: acp.ListSessionsParams) -> acp.ListSessionsResult:
         page = 50
@@ -480,7 +420,7 @@ class AcpConnection:
         self.prompts[call.id] = session
         assert self._nursery is not None
         self._nursery.start_soon(self._answer_prompt, call.id, turn)
-        return _LATER
+        return ANSWERED
 
     async def _answer_prompt(self, request_id: Any, turn: Any) -> None:
         # Not in a `finally`: when the connection ends, this task is cancelled first and
@@ -491,7 +431,8 @@ class AcpConnection:
         if ended.stop_reason is StopReason.FAILED:
             err = ended.error
             message = err.message if err else "the turn failed"
-            # The agent wants the user to authorize: ACP's auth_required (protocols.md §6.4).
+            # The agent wants the user to authorize: ACP's auth_required (ACP schema,
+            # ErrorCode -32000 `auth_required`).
             cls = AuthRequired if err is not None and err.kind == BackAuthRequired.__name__ else _TurnFailed
             self.outbox.put(error_response(request_id, cls(message, data={"kind": err.kind if err else "back"})))
             return
@@ -520,9 +461,9 @@ class AcpConnection:
             turn = session.turn
             if event.cancelled and event.by == "user" and turn is not None and turn.cancel_requested:
                 return  # the editor cancelled the turn: ACP has it answer its own requests
-            if rid is not None and rid in self._replies:
+            if rid is not None:
                 # Answered elsewhere (another client, a timeout, a cancel): withdraw ours.
-                self._notify("$/cancel_request", {"requestId": rid})
+                self.conn.withdraw(rid)
 
     async def _ask(self, session: Session, question: Question) -> None:
         elicit = self.client_caps.elicitation is not None and self.client_caps.elicitation.form is not None
@@ -535,14 +476,14 @@ class AcpConnection:
         else:
             params = codec.permission_request(session.id, question)
             method, result_type = "session/request_permission", acp.RequestPermissionResult
-        reply = await self._request(method, params, question_id=question.id)
-        if reply is None or reply.error is not None or reply.result is None:
-            if reply is not None and reply.error is not None:
-                log.warning("editor answered %s with an error: %s", method, reply.error.message)
+        outcome = await self._request(method, params, question_id=question.id)
+        if type(outcome) is not RequestResult or outcome.result is None:
+            if type(outcome) is RequestError:
+                log.warning("editor answered %s with an error: %s", method, outcome.error.message)
             self._answer(session, question.id, cancelled=True)
             return
         try:
-            result = decode_params(reply.result, result_type)
+            result = decode_params(outcome.result, result_type)
         except PeerError as exc:  # InvalidParams, or ParseError for bytes that are not JSON
             log.warning("editor's answer to %s is invalid: %s", method, exc.message)
             self._answer(session, question.id, cancelled=True)
@@ -568,71 +509,17 @@ class AcpConnection:
             session.answer(question_id, cancelled=True)
 
 
-class _EditorServices:
-    """The editor's `fs/*` and `terminal/*`, offered to the session's back (ClientServices).
-
-    Requests are forwarded unchanged (the back puts the bridge's sessionId in them)
-    and matched like our other requests to the editor; its error comes back mapped
-    by meaning (STYLE.md rule 9).
-    """
-
-    def __init__(self, conn: AcpConnection) -> None:
-        self.conn = conn
-
-    @property
-    def fs_read(self) -> bool:
-        fs = self.conn.client_caps.fs
-        return fs is not None and fs.read_text_file
-
-    @property
-    def fs_write(self) -> bool:
-        fs = self.conn.client_caps.fs
-        return fs is not None and fs.write_text_file
-
-    @property
-    def terminal(self) -> bool:
-        return self.conn.client_caps.terminal
-
-    async def call(self, method: str, params: Any) -> Any:
-        conn = self.conn
-        req = conn.outgoing.request(method, params)
-        slot: tuple[trio.Event, list[Reply]] = (trio.Event(), [])
-        conn._replies[req.id] = slot
-        conn.outbox.put(req)
-        try:
-            with trio.move_on_after(conn.config.acp.request_timeout_s):
-                await slot[0].wait()
-        finally:
-            conn._replies.pop(req.id, None)
-            conn.outgoing.pending.pop(req.id, None)
-        if not slot[1]:
-            raise BackUnavailable(f"the editor did not answer {method}")
-        reply = slot[1][0]
-        if reply.error is not None:
-            cls = _EDITOR_ERRORS.get(reply.error.code, BackError)
-            raise cls(f"the editor answered {method}: {reply.error.message}", data=reply.error.data)
-        return reply.result
-
-
-_EDITOR_ERRORS: dict[int, type[BridgeError]] = {
-    -32602: InvalidParams,
-    -32601: MethodNotFound,
-    -32002: NotFound,
-    -32000: AuthRequired,
-    -32800: RequestCancelled,
-}
-
-
 class _TurnFailed(BridgeError):
-    """A failed turn, answered as the error of its `session/prompt` (protocols.md §6.5)."""
+    """A failed turn, answered as the error of its `session/prompt` (ACP schema,
+    `session/prompt`: an error response ends the turn; its StopReason has no "failed")."""
 
 
-_LATER = object()  # the handler answered (or will answer) by itself
 _EOF_FLUSH_S = 2.0  # after the editor closes stdin, how long queued answers may take to go out
 
 
 def _with_schema(question: Question) -> Question:
-    """A choice question as an elicitation form (protocols.md §6.4)."""
+    """A choice question as an elicitation form (ACP schema, `elicitation/create`:
+    a JSON Schema object of primitive properties, as MCP 2025-11-25 Elicitation)."""
     if question.schema is not None:
         return question
     choices = [{"const": o.id, "title": o.label} for o in question.options]
