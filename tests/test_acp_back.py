@@ -559,6 +559,6 @@ def test_an_oversized_line_keeps_only_its_head_and_is_seen_before_it_ends() -> N
     ],
 )
 def test_what_an_oversized_line_was_is_read_from_its_head(head: bytes, seen: dict[str, Any]) -> None:
-    from bridge.backs.acp.process import _sniff
+    from bridge.codecs.jsonrpc_sniff import sniff_head
 
-    assert _sniff(head) == seen
+    assert sniff_head(head) == seen

@@ -208,6 +208,13 @@ class NdjsonConnection:
             waiter.done.set()
         return outcome.request  # type: ignore[union-attr]
 
+    def fail(self, pending: PendingRequest) -> None:
+        """Stop waiting for one request: its waiter gets None now (the caller says why)."""
+        self.peer.forget(pending.id)
+        waiter = self._waiters.get(pending.id)
+        if waiter is not None:
+            waiter.done.set()
+
     def abandon_all(self) -> None:
         """The peer is gone: every request still waiting gets None."""
         self.peer.fail_all()

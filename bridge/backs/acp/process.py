@@ -1,4 +1,4 @@
-"""One ACP agent subprocess and our client connection to it (protocols.md §1).
+"""One ACP agent subprocess and our client connection to it (ACP v1, the client side).
 
 The agent is spawned with `trio.run_process` in a nursery its owner passes in
 (the session's, or the daemon's for a multiplexed agent), in a new session so it
@@ -9,9 +9,11 @@ whatever is left of its group gets the same.
 
 Tasks: one reader (NDJSON frames in; each `session/update` decoded with the typed
 SessionUpdate decoder and handed to the session that owns its sessionId; that
-session's turn `flow()`s once per read, not per event), one writer (a bounded
-channel drained into one write), one stderr logger (each line logged with the
-bridge session ids it serves), and one task per request the agent sends us.
+session's turn `flow()`s once per read, not per event), one writer (the bounded
+outbox of `bridge/transport/ndjson.py`, drained into one write), one stderr logger
+(each line logged with the bridge session ids it serves), and one task per request
+the agent sends us. Ids, pending requests and settling are the shared JSON-RPC peer's
+(`bridge/codecs/jsonrpc_peer.py`).
 
 A line over `max_frame_bytes` (DESIGN.md, complaint 7) is never buffered whole: as
 soon as it crosses the bound, what it belongs to fails with a clear error, judged from
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import subprocess
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -38,19 +39,22 @@ from bridge import __version__
 from bridge.backs.base import TaskSpawner, TurnHandle
 from bridge.transport.procgroup import describe_exit, kill_group
 from bridge.codecs import safejson
-from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
+from bridge.codecs.jsonrpc_sniff import sniff_head
+from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines
+from bridge.codecs.jsonrpc_peer import CancelRequested, RequestError, RequestResult
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import AcpBack
 from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, FrameTooLarge, MethodNotFound, NotFound
 from bridge.schema import acp
-from bridge.schema.jsonrpc import Notification, Request, Response
+from bridge.schema.jsonrpc import Request
+from bridge.transport.ndjson import NdjsonConnection, receive_frames
 
 __all__ = ["AgentProcess", "Handler", "InitResult"]
 
 log = logging.getLogger("bridge.backs.acp.back")
 agent_log = logging.getLogger("bridge.backs.acp.back.agent")  # the agents' own stderr
 
-_READ = 65536
+_MAX_QUEUED = 1024  # messages to the agent not yet written; more fail (it is not reading)
 _MAX_CALLS = 64  # requests from the agent served at once; more are answered Busy
 _LOG_LINE = 2000  # characters of one stderr line kept in the log
 
@@ -108,56 +112,13 @@ _ref_decoder = safejson.Decoder(_SessionRef)
 _dict_decoder = safejson.Decoder(dict[str, Any])
 
 
-# JSON tokens, enough to walk the first bytes of a line too long to decode (`_sniff`).
-# A string always matches (its closing quote optional), so an unterminated one is not
-# rescanned from every later quote.
-_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.?)*"?|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
-_SNIFFED = {(1, None, "id"): "id", (1, None, "method"): "method", (2, "params", "sessionId"): "sessionId"}
+class _CallContext:
+    """What a request of ours to the agent needs beside its id (`PendingRequest.context`)."""
 
+    __slots__ = ("on_settle", "sid", "error")
 
-def _sniff(head: bytes) -> dict[str, Any]:
-    """The JSON-RPC `id`, `method` and `params.sessionId` of a message, as far as its
-    first bytes show them (a line over max_frame_bytes is never decoded whole)."""
-    found: dict[str, Any] = {}
-    stack: list[tuple[bool, str | None]] = []  # (an object?, the key it sits under)
-    key: str | None = None
-    want_key = False
-    for m in _JSON_TOKEN.finditer(head):
-        if m.end() == len(head):
-            break  # the last token may be cut short
-        tok = m.group()
-        c = tok[:1]
-        if c in (b"{", b"["):
-            stack.append((c == b"{", key))
-            key, want_key = None, c == b"{"
-        elif c in (b"}", b"]"):
-            if not stack:
-                break
-            key, want_key = stack.pop()[1], False
-        elif c == b",":
-            want_key = bool(stack) and stack[-1][0]
-        elif c != b":":
-            try:
-                value = safejson.decode(tok)
-            except msgspec.DecodeError:
-                break
-            if want_key:
-                key, want_key = (value if isinstance(value, str) else None), False
-                continue
-            name = _SNIFFED.get((len(stack), stack[-1][1] if stack else None, key or ""))
-            if name is not None:
-                found.setdefault(name, value)
-    return found
-
-
-class _Pending:
-    __slots__ = ("done", "reply", "on_settle", "method", "sid", "error")
-
-    def __init__(self, on_settle: Callable[[], None] | None, method: str, sid: Any) -> None:
-        self.done = trio.Event()
-        self.reply: Reply | None = None
+    def __init__(self, on_settle: Callable[[], None] | None, sid: Any) -> None:
         self.on_settle = on_settle
-        self.method = method
         self.sid = sid  # the agent session a session/prompt is for
         self.error: BridgeError | None = None  # why it failed without a reply
 
@@ -188,9 +149,7 @@ class AgentProcess:
         self.pid: int | None = None
         self.dead: str | None = None  # why it stopped, once it has
         self.users = 0  # sessions sharing a multiplexed process
-        self._pending: dict[int, _Pending] = {}
-        self._next_id = 0
-        self._send, self._recv = trio.open_memory_channel[Any](1024)
+        self._conn: NdjsonConnection | None = None  # once spawned: its stdin's writer and our peer
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._finished = trio.Event()
@@ -245,7 +204,7 @@ class AgentProcess:
             raise BackUnavailable(f"route {self.route}: the agent's initialize result is invalid: {exc}") from exc
         version = self.init.protocol_version
         if version != acp.PROTOCOL_VERSION or type(version) is not int:
-            # protocols.md §1.2: the client disconnects on a version it does not speak.
+            # ACP, Initialization: the client disconnects on a version it does not speak.
             raise BackUnavailable(
                 f"route {self.route}: the agent answered initialize with protocolVersion {version!r}; "
                 f"the bridge speaks ACP protocol version {acp.PROTOCOL_VERSION} only"
@@ -277,8 +236,9 @@ class AgentProcess:
                 self.pid = pgid = proc.pid
                 log.info("route %s: agent %s started (pid %d) for session %s", self.route, self.argv[0], proc.pid, self.owner)
                 assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+                self._conn = NdjsonConnection(proc.stdin, max_outbox_items=_MAX_QUEUED, log=log)
                 nursery.start_soon(self._reader, proc)
-                nursery.start_soon(self._writer, proc.stdin)
+                nursery.start_soon(self._conn.write_loop)  # a broken pipe: the reader sees the exit
                 nursery.start_soon(self._stderr, proc.stderr)
                 task_status.started()
                 started = True
@@ -319,7 +279,8 @@ class AgentProcess:
             logging.INFO if done.returncode == 0 else logging.WARNING,
             "%s: the agent (pid %s) %s", self.label(), self.pid, self.dead,
         )  # fmt: skip
-        self._send.close()  # the writer ends
+        if self._conn is not None:
+            self._conn.outbox.close()  # the writer ends
         # Its last words on stderr are often the reason it died: let them reach the log.
         with trio.move_on_after(1.0):
             await self._stderr_done.wait()
@@ -354,30 +315,36 @@ class AgentProcess:
     def _die(self, why: str) -> None:
         if self.dead is None:
             self.dead = why
-        for pending in self._pending.values():
-            pending.done.set()
-        self._pending.clear()
+        if self._conn is not None:
+            self._conn.abandon_all()
 
     # -- requests ---------------------------------------------------------------------
-    def _put(self, msg: Any) -> None:
-        if self.dead is not None:
-            raise BackUnavailable(f"route {self.route}: the agent {self.dead}")
-        try:
-            self._send.send_nowait(msg)
-        except trio.WouldBlock:
-            raise BackError(f"route {self.route}: the agent is not reading its input (queue full)") from None
+    def _live(self) -> NdjsonConnection:
+        """The connection to write to; BackUnavailable once the agent is gone, BackError
+        when it has stopped reading (what we queued is not going out)."""
+        conn = self._conn
+        if self.dead is not None or conn is None:
+            raise BackUnavailable(f"route {self.route}: the agent {self.dead or 'is not running'}")
+        if len(conn.outbox) >= _MAX_QUEUED:
+            raise BackError(f"route {self.route}: the agent is not reading its input (queue full)")
+        return conn
 
     def notify(self, method: str, params: Any) -> None:
-        self._put(Notification(method=method, params=params))
+        self._live().peer.notify(method, params)
 
     def respond(self, rid: Any, result: Any, *, error: BaseException | None = None) -> None:
         """Answer a request of the agent (nothing to do once it is gone)."""
         if self.dead is not None:
             return
         try:
-            self._put(error_response(rid, error) if error is not None else Response(id=rid, result=result))
+            peer = self._live().peer
         except BackError as exc:
             log.warning("%s: cannot answer the agent: %s", self.label(), exc.message)
+            return
+        if error is not None:
+            peer.respond_error(rid, error)
+        else:
+            peer.respond(rid, result)
 
     async def call(
         self, method: str, params: Any, *, timeout: float | None = None, on_settle: Callable[[], None] | None = None
@@ -388,48 +355,24 @@ class AgentProcess:
         `session/prompt` uses it so an update written after the response is not
         mistaken for part of the turn.
         """
-        self._next_id += 1
-        rid = self._next_id
-        sid = getattr(params, "session_id", None)
-        pending = self._pending[rid] = _Pending(on_settle, method, sid)
-        try:
-            self._put(Request(id=rid, method=method, params=params))
-            if timeout is None:
-                await pending.done.wait()
-            else:
-                with trio.move_on_after(timeout):
-                    await pending.done.wait()
-                if not pending.done.is_set():
-                    raise BackError(f"route {self.route}: the agent did not answer {method} within {timeout:g} s")
-        finally:
-            self._pending.pop(rid, None)
-        if pending.error is not None:
-            raise pending.error
-        if pending.reply is None:
-            raise BackUnavailable(f"route {self.route}: the agent {self.dead or 'stopped'} before it answered {method}")
-        return pending.reply
+        conn = self._live()
+        context = _CallContext(on_settle, getattr(params, "session_id", None))
+        pending = conn.start_request(method, params, context=context)
+        if timeout is None:
+            outcome = await conn.wait(pending)
+        else:
+            outcome = await conn.wait(pending, timeout_s=timeout)
+            if outcome is None and context.error is None and self.dead is None:
+                raise BackError(f"route {self.route}: the agent did not answer {method} within {timeout:g} s")
+        if context.error is not None:
+            raise context.error
+        if type(outcome) is RequestResult:
+            return Reply(pending.id, outcome.result, None)
+        if type(outcome) is RequestError:
+            return Reply(pending.id, None, outcome.error)
+        raise BackUnavailable(f"route {self.route}: the agent {self.dead or 'stopped'} before it answered {method}")
 
     # -- tasks ------------------------------------------------------------------------
-    async def _writer(self, stdin: trio.abc.SendStream) -> None:
-        buf = bytearray()
-        recv = self._recv
-        while True:
-            try:
-                items = [await recv.receive()]
-            except trio.EndOfChannel:
-                return
-            while True:
-                try:
-                    items.append(recv.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            buf.clear()
-            encode_lines(items, buf)
-            try:
-                await stdin.send_all(buf)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the reader sees the exit and reports it
-
     async def _reader(self, proc: trio.Process) -> None:
         stream = proc.stdout
         assert stream is not None
@@ -437,13 +380,10 @@ class AgentProcess:
         sessions = self.sessions
         decode_update = _update_decoder.decode
         while True:
-            try:
-                data = bytes(await stream.receive_some(_READ))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
+            frames, ended = await receive_frames(stream, lines)
             touched: list[TurnHandle] = []
             last: TurnHandle | None = None
-            for frame in lines.feed(data) if data else lines.feed_eof():
+            for frame in frames:
                 # The hot path: a session/update decoded in one step, straight into its
                 # typed SessionUpdate; anything else takes the general path below.
                 if type(frame) is bytes and _UPDATE_MARK in frame:
@@ -479,7 +419,7 @@ class AgentProcess:
                     self._scope.cancel()
             for turn in touched:
                 await turn.flow()  # backpressure reaches the agent through its stdout pipe
-            if not data:
+            if ended:
                 break
         self._stdout_done.set()
         with trio.move_on_after(self.cfg.kill_grace_s):
@@ -499,8 +439,10 @@ class AgentProcess:
             else:
                 self._oversized(frame)
             return None
+        conn = self._conn
+        assert conn is not None
         try:
-            msg = parse(frame)
+            msg = conn.peer.receive(frame)
         except ProtocolError as exc:
             self._odd_line(frame, exc.error.message)
             return None
@@ -515,17 +457,15 @@ class AgentProcess:
                 return None
             handler = self.sessions.get(note.session_id)
             return handler.on_update(note.update) if handler is not None else None
-        if type(msg) is Reply:
-            pending = self._pending.pop(msg.id, None) if type(msg.id) is int else None
-            if pending is None:
-                log.debug("%s: reply to an unknown or abandoned request %r", self.label(), msg.id)
-                return None
-            pending.reply = msg
-            if pending.on_settle is not None:
-                pending.on_settle()
-            pending.done.set()
+        if type(msg) is Call:
+            self._serve(msg)
             return None
-        self._serve(msg)  # type: ignore[arg-type]
+        if type(msg) is CancelRequested:
+            return None  # our answers to the agent are quick; nothing long to withdraw
+        if type(msg) is not Notify:
+            settled = conn.settled(msg)  # type: ignore[arg-type]
+            if settled is not None and settled.context.on_settle is not None:
+                settled.context.on_settle()
         return None
 
     def _oversized(self, frame: Oversized) -> None:
@@ -533,31 +473,37 @@ class AgentProcess:
         bound = self.cfg.max_frame_bytes
         said = f"the agent sent a line over max_frame_bytes ({bound} bytes)"
         log.warning("%s: %s: %d bytes so far; dropped", self.label(), said, frame.size)
-        seen = _sniff(frame.head)
+        seen = sniff_head(frame.head)
         rid, method, sid = seen.get("id"), seen.get("method"), seen.get("sessionId")
         if isinstance(method, str):
             if rid is not None:  # the agent's own request: answered, the turn goes on
                 self._answer_error(rid, FrameTooLarge(f"{method}: the request is over max_frame_bytes ({bound} bytes)"))
                 return
-            failed = [k for k, p in self._pending.items() if p.method == "session/prompt" and (sid is None or p.sid == sid)]
+        conn = self._conn
+        assert conn is not None
+        in_flight = conn.peer.pending
+        if isinstance(method, str):
+            failed = [
+                p for p in in_flight.values() if p.method == "session/prompt" and (sid is None or p.context.sid == sid)
+            ]
         elif type(rid) is int:
-            failed = [rid] if rid in self._pending else []
+            failed = [in_flight[rid]] if rid in in_flight else []
         else:
-            failed = list(self._pending)  # cannot tell what it was: everything in flight
-        for key in failed:
-            pending = self._pending.pop(key)
-            what = f"as its answer to {pending.method}" if key == rid else f"during {pending.method}"
-            pending.error = BackError(f"route {self.route}: {said} {what}")
-            if pending.method == "session/prompt" and key != rid and pending.sid is not None and self.dead is None:
+            failed = list(in_flight.values())  # cannot tell what it was: everything in flight
+        for pending in failed:
+            context: _CallContext = pending.context
+            what = f"as its answer to {pending.method}" if pending.id == rid else f"during {pending.method}"
+            context.error = BackError(f"route {self.route}: {said} {what}")
+            if pending.method == "session/prompt" and pending.id != rid and context.sid is not None and self.dead is None:
                 # The agent is still at that turn: ask it to stop (ACP prompt turn, cancellation).
                 try:
-                    self.notify("session/cancel", acp.SessionIdParams(session_id=pending.sid))
+                    self.notify("session/cancel", acp.SessionIdParams(session_id=context.sid))
                 except BackError as exc:
                     log.warning("%s: cannot cancel the failed turn: %s", self.label(), exc.message)
-            pending.done.set()
+            conn.fail(pending)
 
     def _odd_line(self, frame: bytes, why: str) -> None:
-        # Nothing but ACP may go to stdout (protocols.md §1.1); one stray line does not
+        # Nothing but ACP may go to stdout (ACP, Transports: stdio); one stray line does not
         # break NDJSON framing, so it is reported and skipped, and the turn goes on.
         self._garbage += 1
         if self._garbage <= 5 or self._garbage % 100 == 0:
@@ -583,7 +529,7 @@ class AgentProcess:
         tail = b""
         while True:
             try:
-                data = await stream.receive_some(_READ)
+                data = await stream.receive_some(65536)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
