@@ -3,7 +3,7 @@
 `from_turn(event)` gives the `session/update` an editor should see (or None when ACP
 has no place for the event); `to_turn(update)` reads an ACP agent's update back into
 the canonical model. Sub-agent events keep their parent in `_meta` (ACP v1 has no
-sub-agent concept, protocols.md §6.8): `{"agentBridge": {"parentToolCallId": ...}}`.
+sub-agent concept; ACP, Extensibility: `_meta`): `{"agentBridge": {"parentToolCallId": ...}}`.
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
         # Clients still on (deprecated) session modes learn of the change too.
         return update if mode is None else [update, acp.CurrentModeUpdate(current_mode_id=mode)]
     if t is ev.ArtifactUpdated:
-        # A2A artifacts read as the agent's message (protocols.md §6.2): one chunk per
+        # A2A artifacts read as the agent's message (ACP schema, `agent_message_chunk`
+        # with `messageId`, as A2A `TaskArtifactUpdateEvent` streams parts): one chunk per
         # part, the artifact id as the message id, its name in _meta.
         e = event
         meta = {META_KEY: {"artifactName": e.name}} if e.name else _meta(event)

@@ -5,7 +5,8 @@ Imported only when a configured source needs it (the SDK costs ~0.75 s to import
 `McpSource.run()` keeps one connection up: start the server (`command`, stdio) or
 reach it (`url`, Streamable HTTP), `initialize` at revision 2025-11-25 (the SDK's
 "legacy" handshake mode), list every page of `prompts/list`, then re-list on each
-`notifications/prompts/list_changed` (protocols.md §3.3, §3.5). When the connection
+`notifications/prompts/list_changed` (MCP 2025-11-25, Server:
+Prompts; Utilities: Pagination). When the connection
 ends or fails, the source offers no prompts until it is back, and it is retried with
 backoff (`retry_initial_s`, doubled up to `retry_max_s`). A source never fails its
 route: its failure is logged and its commands come back with it.
@@ -43,6 +44,7 @@ from bridge.errors import PromptError
 from bridge.prompts import stdio
 from bridge.prompts.config import PromptSource
 from bridge.prompts.text import PromptArg, PromptSpec, Role
+from bridge.transport.ndjson import receive_frames
 
 __all__ = ["McpSource", "ndjson_transport", "to_messages"]
 
@@ -136,7 +138,7 @@ async def ndjson_transport(
     max_frame_bytes: int = MAX_LINE_BYTES,
 ) -> AsyncIterator[Any]:
     """A byte stream pair as the SDK's (read, write) message streams: one JSON-RPC message
-    per line (protocols.md §3.8), read and written with trio. A line that is not
+    per line (MCP 2025-11-25, Transports: stdio), read and written with trio. A line that is not
     JSON-RPC reaches the SDK as an error (it answers or logs it); the writer sends
     everything already waiting in one write (STYLE.md rule 13). Used for a stdio
     source's pipes and for `agent-bridge mcp`'s stdin/stdout. A line over
@@ -152,13 +154,8 @@ async def ndjson_transport(
         framer = LineReader(max_frame_bytes)
         async with to_sdk, to_peer if to_peer is not None else contextlib.nullcontext():
             while True:
-                try:
-                    data = await receive.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    return
-                for line in framer.feed(data):
+                frames, ended = await receive_frames(receive, framer)
+                for line in frames:
                     if isinstance(line, Oversized):
                         too_big = f"a line over {max_frame_bytes} bytes was dropped"
                         if to_peer is not None:
@@ -174,6 +171,8 @@ async def ndjson_transport(
                                 error = types.ErrorData(code=types.PARSE_ERROR, message=f"Parse error: {exc.errors()[0]['msg']}")  # type: ignore[attr-defined]
                                 await to_peer.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
                         await to_sdk.send(item)
+                if ended:
+                    return
 
     async def writer() -> None:
         async with from_sdk:

@@ -5,7 +5,7 @@
 started (DESIGN.md, complaint 10). The registry spawns a source's first process before
 the `mcp` SDK has finished loading (in a worker thread), so the two start-ups overlap.
 
-`stop` follows MCP's stdio shutdown (protocols.md §3.2): close its stdin, wait, then
+`stop` follows MCP's stdio shutdown (MCP 2025-11-25, Lifecycle: Shutdown): close its stdin, wait, then
 SIGTERM and SIGKILL its process group. The environment is a minimal one (PATH, HOME,
 USER, ...) plus the source's `env`, whose secret values are read now and never logged.
 """

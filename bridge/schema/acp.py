@@ -1,4 +1,4 @@
-"""ACP v1 wire messages (protocols.md §1; schema v1 of @agentclientprotocol/sdk).
+"""ACP v1 wire messages (agentclientprotocol.com/protocol/v1; schema v1 of @agentclientprotocol/sdk).
 
 Field names are camelCase on the wire (`rename="camel"`); unknown fields are
 tolerated, so newer clients and agents keep working. Content blocks are the

@@ -1,4 +1,4 @@
-"""The ACP back: coding agents that speak ACP, spawned as subprocesses (protocols.md §1).
+"""The ACP back: coding agents that speak ACP, spawned as subprocesses (ACP v1).
 
 A route `back = { kind = "acp", command = [...] }` runs one agent process per bridge
 session (or one per route with `multiplex = true`, each session/update routed by
@@ -100,7 +100,7 @@ class AcpBack:
     async def _spawn(self, session: AcpSession, nursery: trio.Nursery | TaskSpawner) -> AgentProcess:
         cfg = self.cfg
         services = session.ctx.host.client_services if session.ctx.host is not None else None
-        # Offer the agent what is there at spawn time (protocols.md §1.4): the editor's
+        # Offer the agent what is there at spawn time (ACP, Initialization: `clientCapabilities`): the editor's
         # files and terminals, else what the route serves itself.
         caps = acp.ClientCapabilities(
             fs=acp.FsCapabilities(

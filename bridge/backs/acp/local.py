@@ -1,6 +1,6 @@
 """Files and terminals the ACP back serves itself, confined to the route's cwd.
 
-When no ACP editor offers `fs/*` and `terminal/*` (protocols.md §1.3), a route may
+When no ACP editor offers `fs/*` and `terminal/*` (ACP, File System and Terminals), a route may
 serve them here (`fs = "read" | "cwd"`, `terminal = true`). Every path is resolved
 (`os.path.realpath`: `..` and symlinks) and must stay inside the root; anything
 else is refused with Forbidden. The agent runs as the same user and could reach

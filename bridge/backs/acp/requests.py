@@ -1,4 +1,4 @@
-"""What an agent asks of the bridge: permissions, files and terminals (protocols.md §1.3).
+"""What an agent asks of the bridge: permissions, files and terminals (ACP, File System, Terminals).
 
 - `session/request_permission` becomes a canonical permission Question with the
   agent's own options (id = optionId, label = name, kind = kind), unless the route's

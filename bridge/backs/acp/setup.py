@@ -87,7 +87,7 @@ def mcp_wire(name: str, server: AcpMcpServer) -> dict[str, Any]:
 
 
 def options_from_wire(config: list[dict[str, Any]] | None) -> list[ev.ConfigOption]:
-    """The agent's select config options, groups flattened (protocols.md §1.9)."""
+    """The agent's select config options, groups flattened (ACP, Session Config Options)."""
     out: list[ev.ConfigOption] = []
     for o in config or []:
         if not isinstance(o, dict) or o.get("type", "select") != "select" or not isinstance(o.get("id"), str):

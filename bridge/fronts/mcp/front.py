@@ -1,8 +1,8 @@
 """The MCP front: the bridge as an MCP server (revision 2025-11-25), on the official `mcp` SDK.
 
-Served at `/mcp` on the daemon's listener (Streamable HTTP, `fronts/mcp_http.py`) and
+Served at `/mcp` on the daemon's listener (Streamable HTTP, `fronts/mcp/streamable_http.py`) and
 by `agent-bridge mcp` over stdio (`serve_mcp_stdio`). The SDK's low-level `Server`
-carries the protocol; this module answers (protocols.md §3):
+carries the protocol; this module answers (MCP 2025-11-25, Server features):
 
 - `prompts/list`: every template and MCP source prompt of the configuration, named as
   in `PromptRegistry.prompts()` (clashes: README, "MCP prompts"); pages of 100.
@@ -13,7 +13,7 @@ carries the protocol; this module answers (protocols.md §3):
 - `notifications/prompts/list_changed` (and `tools/list_changed`) to every initialized
   connection whenever the list changes; `listChanged: true` is advertised (the SDK's
   default initialization options would say false).
-- tools: every route, `tools/call` running one turn (`fronts/mcp_tools.py`).
+- tools: every route, `tools/call` running one turn (`fronts/mcp/tools.py`).
 
 Imported only by the entry points that serve MCP; the SDK is loaded then.
 """
@@ -255,7 +255,7 @@ def _mapped(exc: PromptError) -> MCPError:
 async def serve_mcp_stdio(config: Config, manager: SessionManager, stdin_fd: int, stdout_fd: int) -> None:
     """Serve MCP on a pair of file descriptors until the client closes its end.
 
-    Newline-delimited JSON-RPC (protocols.md §3.8) read and written with trio on the
+    Newline-delimited JSON-RPC (MCP 2025-11-25, Transports: stdio) read and written with trio on the
     descriptors themselves (`ndjson_transport`), not through the SDK's thread-backed
     stdio files, so a signal or the end of the process never waits for a blocked read.
     """

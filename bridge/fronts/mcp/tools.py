@@ -1,4 +1,4 @@
-"""Routes as MCP tools: `tools/list` and `tools/call` (protocols.md §3.6).
+"""Routes as MCP tools: `tools/list` and `tools/call` (MCP 2025-11-25, Server: Tools).
 
 Every route is a tool named after it, taking `prompt` (and `session_id` to continue a
 conversation). `tools/call` opens a session of the route (or reopens that one from the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import mcp_types as types
 import trio
@@ -76,7 +76,7 @@ def tools(config: Config) -> list[types.Tool]:
 class _Collector:
     """A session subscriber: the reply text, and what the progress notes need."""
 
-    protocol = "mcp"
+    protocol: ClassVar[str] = "mcp"
 
     def __init__(self) -> None:
         self.text: list[str] = []
