@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 
@@ -118,6 +118,8 @@ class LiveTask:
     finished can always read it back, across a crash (bridge/session.py).
     """
 
+    protocol: ClassVar[str] = "a2a"  # the events-relayed metric's label (bridge/session/interfaces.py)
+
     def __init__(self, session: Any, projector: TaskProjector, turn: Any, *,
                  on_state: Callable[[LiveTask, s.StreamResponse], None], on_end: Callable[[LiveTask], None]) -> None:  # fmt: skip
         self.session = session
@@ -132,7 +134,6 @@ class LiveTask:
         self._on_state = on_state
         self._on_end = on_end
         self._unsubscribe: Callable[[], None] | None = None
-        self.protocol = "a2a"  # for the events-relayed metric (bridge.session._protocol_of)
 
     @property
     def task_id(self) -> str:

@@ -90,6 +90,8 @@ async def serve_acp(
 class _Attached:
     """A session this connection is attached to, and the subscriber feeding it."""
 
+    protocol = "acp"  # its front, the events-relayed metric's label (bridge/session/interfaces.py)
+
     def __init__(self, conn: AcpConnection, session: Session) -> None:
         self.conn = conn
         self.session = session

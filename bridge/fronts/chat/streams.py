@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import msgspec
 import trio
@@ -79,6 +79,8 @@ def _keep_check(meta: dict[str, Any]) -> Any:
 
 class _Stream:
     """A session subscriber that turns its events into chat frames for its watchers."""
+
+    protocol: ClassVar[str] = "chat"  # the events-relayed metric's label (bridge/session/interfaces.py)
 
     __slots__ = (
         "session",
