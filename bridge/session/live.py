@@ -378,5 +378,5 @@ class Session(TurnRunner, Journal):
             self.back_options = [replace(o, current=value) if o.id == option_id else o for o in self.back_options]
         options = self.config_options()
         self._emit(OptionsChanged(options=options))
-        await self.manager.store.put_session(self.record)
+        await self.save_record()
         return options
