@@ -15,7 +15,7 @@
 from bridge.session.interfaces import Subscriber, TurnObserver
 from bridge.session.live import Session
 from bridge.session.manager import SessionManager
-from bridge.session.state import FrontState, stored_front_state
+from bridge.session.state import FrontState, decode_front_state, stored_front_state
 from bridge.session.supervised import SupervisedNursery
 from bridge.session.turn import Turn
 
@@ -27,5 +27,6 @@ __all__ = [
     "SupervisedNursery",
     "Turn",
     "TurnObserver",
+    "decode_front_state",
     "stored_front_state",
 ]

@@ -52,6 +52,7 @@ from bridge.core.events import (
     QuestionAnswered,
     TurnStarted,
 )
+from bridge.core.turn import TurnState
 from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
 from bridge.prompts.registry import PromptRegistry
 from bridge.session.interfaces import Subscriber, TurnObserver, protocol_of
@@ -170,6 +171,12 @@ class Session(TurnRunner, Journal):
         """A turn is running (or waiting for an answer, or cancelling): a new one is `Busy`."""
         turn = self.turn
         return turn is not None and turn.machine.active
+
+    @property
+    def awaiting_answer(self) -> bool:
+        """The running turn waits for an answer to a question it asked."""
+        turn = self.turn
+        return turn is not None and turn.machine.state is TurnState.AWAITING_ANSWER
 
     # -- SessionHost (what a back may use outside a turn) ----------------------------
     def emit(self, event: Event) -> None:

@@ -59,7 +59,8 @@ from bridge.errors import (
     codes_for,
 )
 from bridge.fronts.chat.access import Access
-from bridge.fronts.chat.streams import RUNS_KEY, ChatStreams, TextFrame
+from bridge.fronts.chat.state import ChatSessionState
+from bridge.fronts.chat.streams import ChatStreams, TextFrame
 from bridge.fronts.http import Scope
 from bridge.fronts.chat.ws_send import (
     AsgiSender,
@@ -509,8 +510,8 @@ class _Connection:
             # Other values are ignored: Blade clients send mode "executing" to every agent (§4.2).
         turn = session.start_turn(content)
         if p.headless or p.output_schema is not None:
-            runs = session.record.meta.setdefault(RUNS_KEY, {})
-            runs[turn.turn_id] = msgspec.to_builtins(chat.RunOptions(headless=True, output_schema=p.output_schema))
+            session.front_state(ChatSessionState).chat_runs[turn.turn_id] = chat.RunOptions(headless=True, output_schema=p.output_schema)
+            session.write_front_state(ChatSessionState)  # the chat back reads it before the next flush
 
     def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
         projector = self.front.streams.live_projector(session.id)
