@@ -1,4 +1,4 @@
-"""A running A2A task and its SSE streams (protocols.md §2.3).
+"""A running A2A task and its SSE streams (A2A 1.0 `SendStreamingMessage` / `SubscribeToTask`, docs/specification.md).
 
 `LiveTask` is a session subscriber for one task while a turn of it runs: each
 canonical event goes through the task's `TaskProjector`, and every A2A event that
@@ -115,7 +115,7 @@ class LiveTask:
 
     The end of the turn reaches clients (streams, blocking calls, webhooks) only once
     the session has stored it (`Turn.wait()` returns then): a client that heard a task
-    finished can always read it back, across a crash (bridge/session.py).
+    finished can always read it back, across a crash (bridge/session/journal.py).
     """
 
     protocol: ClassVar[str] = "a2a"  # the events-relayed metric's label (bridge/session/interfaces.py)

@@ -1,4 +1,4 @@
-"""The chat REST API (protocols.md §4.1, §4.8), beside `/ws` on the daemon's port.
+"""The chat REST API (Blade Agent API docs, api/rest.md: sessions and `GET /api/sessions/{id}/messages`), beside `/ws` on the daemon's port.
 
     POST   /api/sessions                 {route?, intent?} → {session_id}
     GET    /api/sessions?limit&offset    → {sessions, total, limit, offset}, newest first

@@ -106,7 +106,7 @@ class _Stream:
         self._pending: list[Event] | None = []  # events that arrive while catching up
         self.ready = trio.Event()
         # Frames behind a turn's end that is not stored yet, in order: a client hears a
-        # run ended only once a reconnect could replay it (bridge/session.py).
+        # run ended only once a reconnect could replay it (bridge/session/journal.py).
         self._waiting: deque[tuple[Turn | None, list[TextFrame]]] = deque()
         self._armed: Turn | None = None  # the turn whose `when_done` will pump `_waiting`
         self.unsubscribe = session.subscribe(self)
