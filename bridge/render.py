@@ -9,7 +9,7 @@ command fails clearly (it never waits on a prompt nobody can see).
 from __future__ import annotations
 
 import sys
-from typing import Literal, TextIO
+from typing import ClassVar, Literal, TextIO
 
 import trio
 
@@ -35,6 +35,8 @@ def _text(block: ContentBlock | None) -> str:
 
 class Renderer:
     """A session subscriber that writes to a terminal."""
+
+    protocol: ClassVar[str] = "cli"  # `agent-bridge ask`: the events-relayed metric's label
 
     def __init__(self, session: Session, out: TextIO, *, policy: AnswerPolicy, interactive: bool, color: bool) -> None:
         self.session = session

@@ -1,6 +1,6 @@
 """End to end: the real `agent-bridge serve` process, a WebSocket client, httpx for REST.
 
-The daemon runs the demo back (protocols.md §4 chat event stream on `/ws`, the REST API
+The daemon runs the demo back (the chat event stream on `/ws`, Blade Agent API docs api/chat-flow.md, the REST API
 on `/api/sessions`); every test starts its own daemon on a port the OS chooses and has
 a `trio.fail_after` ceiling.
 """

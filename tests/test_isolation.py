@@ -441,7 +441,8 @@ def test_overloaded_maps_to_a_clear_code_on_every_protocol() -> None:
 async def test_a_ws_connection_that_has_ended_never_starts_a_task_in_its_closed_nursery() -> None:
     from bridge.fronts.chat.access import Access
     from bridge.fronts.chat.streams import ChatStreams
-    from bridge.fronts.chat.ws import WsFront, _Connection
+    from bridge.fronts.chat.ws import WsFront
+    from bridge.fronts.chat.ws_connection import WsConnection as _Connection
 
     config = make_config()
     sent: list[dict[str, Any]] = []

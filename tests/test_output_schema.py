@@ -22,7 +22,9 @@ from bridge.config import WsFrontConfig
 from bridge.core import events as ev
 from bridge.core.content import TextContent
 from bridge.errors import InvalidParams
-from bridge.fronts.chat.streams import RUNS_KEY, ChatStreams
+from bridge.fronts.chat.state import ChatSessionState
+from bridge.fronts.chat.streams import ChatStreams
+from bridge.session.state import decode_front_state, encode_front_state
 from bridge.schema.chat import RunOptions
 
 EVIL = "^(a+)+$"
@@ -90,6 +92,9 @@ def test_a_stored_schema_re2_cannot_run_is_refused_never_run() -> None:
     assert not ok and got["error"].startswith("output_schema cannot be used: $.output_schema.pattern: pattern")
 
 
+RUNS_KEY = "chat_runs"  # where the chat front keeps headless runs (bridge/fronts/chat/state.py)
+
+
 def _run_log() -> list[ev.Event]:
     return [
         ev.TurnStarted(turn_id="t1", prompt=[TextContent(text="give me JSON")]),
@@ -99,8 +104,10 @@ def _run_log() -> list[ev.Event]:
 
 
 def _chat_end(streams: ChatStreams, meta: dict[str, Any], *, live: bool) -> dict[str, Any]:
-    projector = streams.projector("s1", meta, live=live)
+    state = decode_front_state(meta, ChatSessionState)  # as a session decodes its record
+    projector = streams.projector("s1", state, live=live)
     frames = [f for e in _run_log() for f in projector.feed(e)]
+    encode_front_state(meta, state)  # as the session writes its record
     ends = [f["data"] for f in (json.loads(data) for _seq, data in frames) if f["event"] == "chat:end"]
     assert len(ends) == 1
     return ends[0]

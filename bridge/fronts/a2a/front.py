@@ -1,4 +1,4 @@
-"""The A2A front: every route as an A2A agent at `/a2a/{route}` (protocols.md §2), 1.0 and 0.3.
+"""The A2A front: every route as an A2A agent at `/a2a/{route}` (A2A spec, docs/specification.md), 1.0 and 0.3.
 
 Under `/a2a/{route}` on the daemon's listener:
 

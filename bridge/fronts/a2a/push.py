@@ -1,7 +1,9 @@
-"""A2A push notifications (protocols.md §2.2–2.3): webhooks per task, every state change POSTed, at least once.
+"""A2A push notifications (A2A 1.0 push notification operations and
+`TaskPushNotificationConfig`, docs/specification.md): webhooks per task, every state
+change POSTed, at least once.
 
-Configs are kept with their task in the session record (`meta["a2a"]["tasks"][id]
-["push"]`), so they outlive a restart. Each change of the task's state (working,
+Configs are kept with their task in the session's `A2AContext` (bridge/fronts/a2a/state.py,
+stored with the session record), so they outlive a restart. Each change of the task's state (working,
 input-required, completed, ...; not every progress message) is POSTed to each of
 its webhooks: for a config made in 1.0, the StreamResponse `{"statusUpdate": ...}`
 with `Content-Type: application/a2a+json`; for one made in 0.3, the Task (what a
@@ -41,7 +43,7 @@ from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.config import A2AFrontConfig
 from bridge.errors import InvalidParams, NotFound
-from bridge.fronts.a2a.read import a2a_meta, task_meta
+from bridge.fronts.a2a.state import A2AContext, A2APushConfig, A2ATask
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.schema import a2a as s
 
@@ -149,48 +151,50 @@ class PushService:
             )
 
     # -- configs ---------------------------------------------------------------------------
-    async def _task(self, route: str, task_id: str) -> tuple[Any, dict[str, Any]]:
+    async def _task(self, route: str, task_id: str) -> tuple[Any, A2ATask]:
         if not self.enabled:
             raise A2AFault("PushNotificationNotSupported", "this agent sends no push notifications")
         session_id, _ = await self.tasks._load(route, task_id)
         session = await self.tasks.manager.get(session_id)
-        return session, task_meta(a2a_meta(session.record.meta), task_id)
+        return session, session.front_state(A2AContext).task(task_id)
 
     async def create(self, route: str, config: s.TaskPushNotificationConfig, *, dialect: str) -> s.TaskPushNotificationConfig:
         self.check(config)
         session, _ = await self._task(route, config.task_id)
         stored = self.register(session, config, dialect=dialect)
-        await self.tasks.manager.store.put_session(session.record)
+        await session.save_record()
         return _config(config.task_id, stored)
 
-    def register(self, session: Any, config: s.TaskPushNotificationConfig, *, dialect: str) -> dict[str, Any]:
+    def register(self, session: Any, config: s.TaskPushNotificationConfig, *, dialect: str) -> A2APushConfig:
         """Keep a (checked) config with its task in the session record; the next state change is POSTed."""
-        configs: list[dict[str, Any]] = task_meta(a2a_meta(session.record.meta), config.task_id).setdefault("push", [])
+        configs = session.front_state(A2AContext).task(config.task_id).push
         cid = config.id or uuid.uuid4().hex
-        configs[:] = [c for c in configs if c.get("id") != cid]
+        configs[:] = [c for c in configs if c.id != cid]
         if len(configs) >= self.cfg.push_max_configs:
             raise InvalidParams(f"a task takes at most {self.cfg.push_max_configs} push notification configs")
-        stored: dict[str, Any] = {"id": cid, "url": config.url, "dialect": dialect}
-        if config.token:
-            stored["token"] = config.token
-        if config.authentication is not None:
-            stored["scheme"] = config.authentication.scheme
-            if config.authentication.credentials:
-                stored["credentials"] = config.authentication.credentials
+        auth = config.authentication
+        stored = A2APushConfig(
+            id=cid,
+            url=config.url,
+            dialect=dialect,
+            token=config.token or None,
+            scheme=auth.scheme if auth is not None else None,
+            credentials=(auth.credentials or None) if auth is not None else None,
+        )
         configs.append(stored)
         return stored
 
     async def get(self, route: str, task_id: str, config_id: str) -> s.TaskPushNotificationConfig:
         _, task = await self._task(route, task_id)
-        configs = task.get("push", [])
-        found = next((c for c in configs if c.get("id") == config_id), None) if config_id else (configs[0] if configs else None)
+        configs = task.push
+        found = next((c for c in configs if c.id == config_id), None) if config_id else (configs[0] if configs else None)
         if found is None:
             raise NotFound(f"task {task_id} has no push notification config {config_id!r}")
         return _config(task_id, found)
 
     async def list(self, route: str, req: s.ListTaskPushNotificationConfigsRequest) -> s.ListTaskPushNotificationConfigsResponse:
         _, task = await self._task(route, req.task_id)
-        configs = [_config(req.task_id, c) for c in task.get("push", [])]
+        configs = [_config(req.task_id, c) for c in task.push]
         size = req.page_size or 100
         try:
             start = int(req.page_token) if req.page_token else 0
@@ -202,25 +206,25 @@ class PushService:
 
     async def delete(self, route: str, task_id: str, config_id: str) -> None:
         session, task = await self._task(route, task_id)
-        configs = task.get("push", [])
-        kept = [c for c in configs if c.get("id") != config_id]
+        configs = task.push
+        kept = [c for c in configs if c.id != config_id]
         if len(kept) == len(configs):
             raise NotFound(f"task {task_id} has no push notification config {config_id!r}")
-        task["push"] = kept
-        await self.tasks.manager.store.put_session(session.record)
+        task.push = kept
+        await session.save_record()
 
     # -- delivery ------------------------------------------------------------------------------
     def notify(self, session: Any, projector: TaskProjector, event: s.StreamResponse) -> None:
         """The task's state changed (called synchronously, from the session's delivery)."""
-        tasks = a2a_meta(session.record.meta).get("tasks", {})
-        configs = tasks.get(projector.task_id, {}).get("push")
-        if configs:
-            self._send(session, projector, event, configs)
+        state = session.find_front_state(A2AContext)
+        task = state.tasks.get(projector.task_id) if state is not None else None
+        if task is not None and task.push:
+            self._send(session, projector, event, task.push)
 
-    def _send(self, session: Any, projector: TaskProjector, event: s.StreamResponse, configs: list[dict[str, Any]]) -> None:
+    def _send(self, session: Any, projector: TaskProjector, event: s.StreamResponse, configs: list[A2APushConfig]) -> None:
         bodies: dict[str, bytes] = {}
         for c in configs:
-            dialect = c.get("dialect", "1.0")
+            dialect = c.dialect
             body = bodies.get(dialect)
             if body is None:
                 if dialect == "1.0":
@@ -228,15 +232,15 @@ class PushService:
                 else:
                     body = _enc.encode(lower_task_rpc(projector.snapshot(history_length=0)))
                 bodies[dialect] = body
-            key = (projector.task_id, str(c.get("id")))
+            key = (projector.task_id, c.id)
             hook = self._hooks.get(key)
             if hook is None:
                 headers = {"content-type": "application/a2a+json" if dialect == "1.0" else "application/json"}
-                if c.get("scheme") and c.get("credentials"):
-                    headers["authorization"] = f"{c['scheme']} {c['credentials']}"
-                if c.get("token"):
-                    headers["x-a2a-notification-token"] = str(c["token"])
-                hook = self._hooks[key] = _Hook(str(c["url"]), headers)
+                if c.scheme and c.credentials:
+                    headers["authorization"] = f"{c.scheme} {c.credentials}"
+                if c.token:
+                    headers["x-a2a-notification-token"] = c.token
+                hook = self._hooks[key] = _Hook(c.url, headers)
                 if self._quiet.is_set():
                     self._quiet = trio.Event()
             if len(hook.queue) >= self.cfg.push_queue_max:
@@ -294,11 +298,11 @@ class PushService:
         return f"final: HTTP {r.status_code}"
 
 
-def _config(task_id: str, c: dict[str, Any]) -> s.TaskPushNotificationConfig:
+def _config(task_id: str, c: A2APushConfig) -> s.TaskPushNotificationConfig:
     """A stored config as every answer gives it (Create, Get, List): without `token` and
     `authentication.credentials`, what the webhook receiver checks (A2A 1.0
     `TaskPushNotificationConfig`; `credentials` become the `Authorization` it gets).
     Any client that may read the task may read its configs; only the one that set
     them should hold those (issue 13, finding 11). The scheme stays: it is no secret."""
-    auth = s.AuthenticationInfo(scheme=str(c["scheme"])) if c.get("scheme") else None
-    return s.TaskPushNotificationConfig(url=str(c["url"]), task_id=task_id, id=str(c["id"]), authentication=auth)
+    auth = s.AuthenticationInfo(scheme=c.scheme) if c.scheme else None
+    return s.TaskPushNotificationConfig(url=c.url, task_id=task_id, id=c.id, authentication=auth)

@@ -6,11 +6,11 @@ turn the daemon stopped in the middle of never ends: it reads as FAILED. A task 
 another route, of a session no A2A client made, or a continuation turn's own id is
 an unknown task.
 
-`list_tasks` (protocols.md §2.3): the tasks of the route (every session the A2A front
+`list_tasks` (A2A 1.0 `ListTasks`, docs/specification.md): the tasks of the route (every session the A2A front
 made) or of one context (its session and side sessions), newest status first, with
 `status` and `statusTimestampAfter` filters and offset page tokens; states come from
-live tasks, then the session records (written at every turn end), then the turn
-records. Its cost grows with the route's sessions (one store read each).
+live tasks, then the sessions' `A2AContext` (bridge/fronts/a2a/state.py, written with
+the record at every turn end), then the turn records. Its cost grows with the route's sessions (one store read each).
 """
 
 from __future__ import annotations
@@ -23,24 +23,23 @@ from typing import Any
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.core.events import StopReason, TurnEnded, TurnError, TurnStarted
 from bridge.errors import InvalidParams, NotFound
+from bridge.fronts.a2a.state import A2AContext, A2ATask
 from bridge.schema import a2a as s
-from bridge.session import SessionManager
+from bridge.session import SessionManager, stored_front_state
+from bridge.store import SessionRecord
 
-__all__ = ["META", "a2a_meta", "list_tasks", "replay", "task_meta"]
+__all__ = ["context_of", "list_tasks", "replay"]
 
-META = "a2a"  # the A2A front's key in SessionRecord.meta (bridge/fronts/a2a/tasks.py says what it holds)
 _S = s.TaskState
 
 
-def a2a_meta(record_meta: dict[str, Any]) -> dict[str, Any]:
-    meta = record_meta.get(META)
-    if not isinstance(meta, dict):
-        meta = record_meta[META] = {}
-    return meta
-
-
-def task_meta(meta: dict[str, Any], task_id: str) -> dict[str, Any]:
-    return meta.setdefault("tasks", {}).setdefault(task_id, {})  # type: ignore[no-any-return]
+def context_of(manager: SessionManager, session_id: str, record: SessionRecord) -> A2AContext | None:
+    """The A2A state of a session: the live session's own (it may hold changes not stored
+    yet), else the stored record's; None for a session the A2A front did not make."""
+    live = manager.live(session_id)
+    if live is not None:
+        return live.find_front_state(A2AContext)
+    return stored_front_state(record.meta, A2AContext)
 
 
 async def replay(manager: SessionManager, route: str, task_id: str) -> tuple[str, TaskProjector]:
@@ -51,19 +50,19 @@ async def replay(manager: SessionManager, route: str, task_id: str) -> tuple[str
         raise unknown
     session = manager.live(turn.session_id)
     record = session.record if session is not None else await manager.store.get_session(turn.session_id)
-    meta = record.meta.get(META) if record is not None else None
-    if record is None or record.route != route or not isinstance(meta, dict) or task_id in meta.get("cont", {}):
+    state = context_of(manager, turn.session_id, record) if record is not None else None
+    if record is None or record.route != route or state is None or task_id in state.cont:
         raise unknown
-    task = meta.get("tasks", {}).get(task_id, {})
-    turn_ids = [task_id, *task.get("turns", [])]
+    task = state.tasks.get(task_id) or A2ATask()
+    turn_ids = [task_id, *task.turns]
     turns = {t.turn_id: t for t in await manager.store.list_turns(record.session_id)}
     ordered = sorted(turns.values(), key=lambda t: (t.started_at, t.turn_id))
     before = [t.last_seq or 0 for t in ordered if t.started_at < turn.started_at]
     after = max(before, default=0)
     events = await (session.history(after) if session is not None else manager.read_events(record.session_id, after))
     projector = TaskProjector(
-        task_id, meta.get("ctx") or record.session_id, message_ids=dict(task.get("mids", {})), refs=task.get("refs"),
-        quoted=int(task.get("quoted", 0)),
+        task_id, state.ctx or record.session_id, message_ids=dict(task.mids), refs=task.refs or None,
+        quoted=task.quoted,
     )  # fmt: skip
     current: str | None = None
     for event in events:
@@ -82,8 +81,8 @@ async def replay(manager: SessionManager, route: str, task_id: str) -> tuple[str
         error = TurnError(message="the bridge stopped while this task was running", kind="interrupted")
         t = turns.get(last)
         projector.feed(TurnEnded(turn_id=last, stop_reason=StopReason.FAILED, error=error), (t.started_at if t else time.time()))
-    if task.get("state") == _S.CANCELED and projector.state in s.INTERRUPTED_STATES:
-        projector.feed_canceled(float(task.get("ts") or time.time()))  # canceled while it waited
+    if task.state == _S.CANCELED and projector.state in s.INTERRUPTED_STATES:
+        projector.feed_canceled(float(task.ts or time.time()))  # canceled while it waited
     return record.session_id, projector
 
 
@@ -121,13 +120,13 @@ async def _rows(service: Any, route: str, context_id: str | None) -> list[tuple[
             primary = await service._primary(route, context_id)
         except NotFound:
             return []
-        sids = [context_id, *a2a_meta(primary.record.meta).get("side", [])]
+        sids = [context_id, *primary.front_state(A2AContext).side]
     else:
         sids = []
         offset = 0
         while True:
             records, total = await service.manager.store.list_sessions(route=route, limit=500, offset=offset)
-            sids += [r.session_id for r in records if isinstance(r.meta.get(META), dict)]
+            sids += [r.session_id for r in records if context_of(service.manager, r.session_id, r) is not None]
             offset += len(records)
             if not records or offset >= total:
                 break
@@ -137,9 +136,9 @@ async def _rows(service: Any, route: str, context_id: str | None) -> list[tuple[
         record = session.record if session is not None else await service.manager.store.get_session(sid)
         if record is None:
             continue
-        meta = a2a_meta(record.meta)
-        cont = meta.get("cont", {})
-        stored = meta.get("tasks", {})
+        state = context_of(service.manager, sid, record) or A2AContext()
+        cont = state.cont
+        stored = state.tasks
         for turn in await service.manager.store.list_turns(sid):
             if turn.turn_id in cont:
                 continue
@@ -148,9 +147,9 @@ async def _rows(service: Any, route: str, context_id: str | None) -> list[tuple[
             if live is not None or cached is not None:
                 p = live.projector if live is not None else cached[2]  # type: ignore[index]
                 rows.append((turn.turn_id, p.timestamp, p.state))
-            elif turn.turn_id in stored and "state" in stored[turn.turn_id]:
+            elif turn.turn_id in stored and stored[turn.turn_id].state is not None:
                 t = stored[turn.turn_id]
-                rows.append((turn.turn_id, float(t.get("ts") or turn.started_at), str(t["state"])))
+                rows.append((turn.turn_id, float(t.ts or turn.started_at), str(t.state)))
             else:  # never ended where we could see it: the daemon stopped during it
                 rows.append((turn.turn_id, turn.ended_at or turn.started_at, _S.FAILED))
     return rows

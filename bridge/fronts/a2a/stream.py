@@ -1,4 +1,4 @@
-"""A running A2A task and its SSE streams (protocols.md §2.3).
+"""A running A2A task and its SSE streams (A2A 1.0 `SendStreamingMessage` / `SubscribeToTask`, docs/specification.md).
 
 `LiveTask` is a session subscriber for one task while a turn of it runs: each
 canonical event goes through the task's `TaskProjector`, and every A2A event that
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 
@@ -115,8 +115,10 @@ class LiveTask:
 
     The end of the turn reaches clients (streams, blocking calls, webhooks) only once
     the session has stored it (`Turn.wait()` returns then): a client that heard a task
-    finished can always read it back, across a crash (bridge/session.py).
+    finished can always read it back, across a crash (bridge/session/journal.py).
     """
+
+    protocol: ClassVar[str] = "a2a"  # the events-relayed metric's label (bridge/session/interfaces.py)
 
     def __init__(self, session: Any, projector: TaskProjector, turn: Any, *,
                  on_state: Callable[[LiveTask, s.StreamResponse], None], on_end: Callable[[LiveTask], None]) -> None:  # fmt: skip
@@ -132,7 +134,6 @@ class LiveTask:
         self._on_state = on_state
         self._on_end = on_end
         self._unsubscribe: Callable[[], None] | None = None
-        self.protocol = "a2a"  # for the events-relayed metric (bridge.session._protocol_of)
 
     @property
     def task_id(self) -> str:

@@ -1,6 +1,6 @@
 """A2A tasks and contexts over bridge sessions: where the A2A front meets `bridge.session`.
 
-Identity (protocols.md §2.8, §6.1): a context is a bridge session (`contextId` is
+Identity (A2A spec, docs/topics/life-of-a-task.md: contexts and tasks): a context is a bridge session (`contextId` is
 its id); a task is a turn (`taskId` is the turn id). A message without `contextId`
 opens a new session; an unknown `contextId` is refused as TaskNotFound (the
 bridge mints context ids, and an unknown session is an unknown task in
@@ -17,12 +17,9 @@ the back); when all are busy, or held by an interrupted task waiting for its nex
 message, a new session is opened beside them ("side" session, linked to the
 context): it runs in parallel, without the back's memory of the others.
 
-Kept in `SessionRecord.meta["a2a"]` (the session writes its record at every turn
-end, so a task's final state is stored with it): `ctx` (a side session's context),
-`side` (a context's side sessions), `held` (the interrupted task holding the
-session), `cont` (continuation turn → task), `tasks` (task id → `state`, `ts`,
-`turns` after the first, client message ids `mids`, `refs`, push `push` configs).
-GetTask, ListTasks and SubscribeToTask read live tasks, then a small cache, then
+Kept as each session's typed `A2AContext` (bridge/fronts/a2a/state.py says what it
+holds), which the session writes with its record at every turn end, so a task's final
+state is stored with it. GetTask, ListTasks and SubscribeToTask read live tasks, then a small cache, then
 the store (bridge/fronts/a2a/read.py), so they work after the turn ended and after
 a restart.
 """
@@ -43,13 +40,13 @@ from bridge.config import A2AFrontConfig
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
-from bridge.fronts.a2a.read import META, a2a_meta, list_tasks, replay
-from bridge.fronts.a2a.read import task_meta as _task_meta
+from bridge.fronts.a2a.read import list_tasks, replay
+from bridge.fronts.a2a.state import A2AContext
 from bridge.fronts.a2a.stream import LiveTask
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 
-__all__ = ["META", "TaskService"]
+__all__ = ["TaskService"]
 
 log = logging.getLogger("bridge.fronts.a2a.front")
 
@@ -95,7 +92,7 @@ class TaskService:
         else:
             live = await self._new_task(route, msg, push, dialect)
         if push is not None:
-            await self.manager.store.put_session(live.session.record)  # the config is kept with the task
+            await live.session.save_record()  # the config is kept with the task
         return live
 
     async def _new_task(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
@@ -104,7 +101,8 @@ class TaskService:
             session = await self._session_for(route, msg.context_id)
             context_id = msg.context_id
         else:
-            session = await self.manager.create(route, meta={META: {}}, lazy=True)
+            session = await self.manager.create(route, lazy=True)
+            session.front_state(A2AContext)  # marks it as the A2A front's, stored with it
             context_id = session.id
         refs = list(msg.reference_task_ids or ())
         quoted = await self._quote_references(route, context_id, session.id, refs) if refs else []
@@ -117,14 +115,11 @@ class TaskService:
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
-        meta = a2a_meta(session.record.meta)
-        task = _task_meta(meta, turn.turn_id)
-        task["mids"] = {turn.turn_id: msg.message_id}
-        if refs:
-            task["refs"] = refs
-        if quoted:
-            task["quoted"] = len(quoted)
-        projector = TaskProjector(turn.turn_id, context_id, message_ids=task["mids"], refs=refs or None, quoted=len(quoted))
+        task = session.front_state(A2AContext).task(turn.turn_id)
+        task.mids = {turn.turn_id: msg.message_id}
+        task.refs = refs
+        task.quoted = len(quoted)
+        projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted))
         self._with_push(session, turn.turn_id, push, dialect)
         return self._run(session, projector, turn, content)
 
@@ -169,17 +164,19 @@ class TaskService:
         session = await self.manager.get(session_id)
         content = blocks_of_message(msg)
         turn = session.start_turn(content)
-        meta = a2a_meta(session.record.meta)
-        task = _task_meta(meta, task_id)
-        task.setdefault("turns", []).append(turn.turn_id)
-        task.setdefault("mids", projector.message_ids)[turn.turn_id] = msg.message_id
-        meta.setdefault("cont", {})[turn.turn_id] = task_id
-        if meta.get("held") == task_id:
-            del meta["held"]
+        state = session.front_state(A2AContext)
+        task = state.task(task_id)
+        task.turns.append(turn.turn_id)
+        if not task.mids:
+            task.mids = projector.message_ids
+        task.mids[turn.turn_id] = msg.message_id
+        state.cont[turn.turn_id] = task_id
+        if state.held == task_id:
+            state.held = None
         self._recent.pop(task_id, None)
         self._with_push(session, task_id, push, dialect)
         live = self._run(session, projector, turn, content)
-        await self.manager.store.put_session(session.record)  # the continuation is findable after a crash
+        await session.save_record()  # the continuation is findable after a crash
         return live
 
     @staticmethod
@@ -195,29 +192,29 @@ class TaskService:
             session = await self.manager.get(context_id)
         except NotFound:
             raise NotFound(f"unknown contextId {context_id!r}: omit contextId to start a new conversation") from None
-        meta = session.record.meta.get(META)
-        if session.record.route != route or not isinstance(meta, dict) or meta.get("ctx"):
+        state = session.find_front_state(A2AContext)
+        if session.record.route != route or state is None or state.ctx:
             raise NotFound(f"unknown contextId {context_id!r} on this agent")
         return session
 
     async def _session_for(self, route: str, context_id: str) -> Session:
         """The context's first idle session that no interrupted task holds, else a new side session."""
         primary = await self._primary(route, context_id)
-        for sid in [context_id, *a2a_meta(primary.record.meta).get("side", [])]:
+        for sid in [context_id, *primary.front_state(A2AContext).side]:
             try:
                 session = primary if sid == context_id else (self.manager.live(sid) or await self.manager.get(sid))
             except NotFound:
                 continue  # a side session deleted since
-            busy = session.turn is not None and session.turn.machine.active
-            if not busy and not a2a_meta(session.record.meta).get("held") and not session.retired:
+            if not session.busy and not session.front_state(A2AContext).held and not session.retired:
                 return session
         return await self._side_session(route, context_id, primary=primary)
 
     async def _side_session(self, route: str, context_id: str, *, primary: Session | None = None) -> Session:
         primary = primary or await self._primary(route, context_id)
-        session = await self.manager.create(route, meta={META: {"ctx": context_id}}, lazy=True)
-        a2a_meta(primary.record.meta).setdefault("side", []).append(session.id)
-        await self.manager.store.put_session(primary.record)
+        session = await self.manager.create(route, lazy=True)
+        session.front_state(A2AContext).ctx = context_id
+        primary.front_state(A2AContext).side.append(session.id)
+        await primary.save_record()
         return session
 
     async def _quote_references(self, route: str, context_id: str, session_id: str, refs: list[str]) -> list[ContentBlock]:
@@ -243,13 +240,13 @@ class TaskService:
     def _ended(self, live: LiveTask) -> None:
         """The turn ended: the task's state goes into the session record the session writes next."""
         p = live.projector
-        meta = a2a_meta(live.session.record.meta)
-        task = _task_meta(meta, p.task_id)
-        task["state"], task["ts"] = p.state, p.timestamp
+        state = live.session.front_state(A2AContext)
+        task = state.task(p.task_id)
+        task.state, task.ts = p.state, p.timestamp
         if p.state in s.INTERRUPTED_STATES:
-            meta["held"] = p.task_id
-        elif meta.get("held") == p.task_id:
-            del meta["held"]
+            state.held = p.task_id
+        elif state.held == p.task_id:
+            state.held = None
         if self.live.get(p.task_id) is live:
             del self.live[p.task_id]
         self._remember(p.task_id, live.session.record.route, live.session.id, p)
@@ -285,9 +282,9 @@ class TaskService:
                         break
                     del self._idle[sid]
                     session = self.manager.live(sid)
-                    if session is None or a2a_meta(session.record.meta).get("held"):
+                    if session is None or session.front_state(A2AContext).held:
                         continue
-                    if session.turn is None or not session.turn.machine.active:
+                    if not session.busy:
                         await session.close()
         finally:
             self._reaper_running = False
@@ -330,12 +327,12 @@ class TaskService:
         # Interrupted, its turn over: nothing runs; the task just ends canceled.
         event = projector.feed_canceled(time.time())
         session = await self.manager.get(session_id)
-        meta = a2a_meta(session.record.meta)
-        task = _task_meta(meta, task_id)
-        task["state"], task["ts"] = projector.state, projector.timestamp
-        if meta.get("held") == task_id:
-            del meta["held"]
-        await self.manager.store.put_session(session.record)
+        state = session.front_state(A2AContext)
+        task = state.task(task_id)
+        task.state, task.ts = projector.state, projector.timestamp
+        if state.held == task_id:
+            state.held = None
+        await session.save_record()
         self._went_idle(session)
         if self.push is not None:
             self.push.notify(session, projector, event)
@@ -348,8 +345,8 @@ class TaskService:
 
 def _holds_a_task(session: Session) -> bool:
     """An interrupted task waits in this session for the client's next message."""
-    meta = session.record.meta.get(META)
-    return isinstance(meta, dict) and bool(meta.get("held"))
+    state = session.find_front_state(A2AContext)
+    return state is not None and bool(state.held)
 
 
 def _accepts(modes: list[str]) -> bool:

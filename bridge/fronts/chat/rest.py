@@ -1,4 +1,4 @@
-"""The chat REST API (protocols.md §4.1, §4.8), beside `/ws` on the daemon's port.
+"""The chat REST API (Blade Agent API docs, api/rest.md: sessions and `GET /api/sessions/{id}/messages`), beside `/ws` on the daemon's port.
 
     POST   /api/sessions                 {route?, intent?} → {session_id}
     GET    /api/sessions?limit&offset    → {sessions, total, limit, offset}, newest first
@@ -26,12 +26,12 @@ import trio
 
 from bridge.codecs import safejson
 from bridge.config import Config
-from bridge.core.turn import TurnState
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
-from bridge.session import SessionManager
+from bridge.fronts.chat.state import ChatSessionState
+from bridge.session import SessionManager, decode_front_state
 from bridge.store import SessionRecord
 from bridge.store.base import CUT_META_KEY
 
@@ -126,11 +126,11 @@ class _Api:
         route = req.route or self.config.default_route or (next(iter(routes)) if len(routes) == 1 else None)
         if route is None:
             raise InvalidParams(f"name a route: {sorted(routes)}")
-        meta: dict[str, Any] = {"intent": req.intent} if req.intent else {}
-        session = await self.manager.create(route, meta=meta)
+        session = await self.manager.create(route)
         if req.intent:
+            session.front_state(ChatSessionState).intent = req.intent
             session.record.title = " ".join(req.intent.split())[:80] or None
-            await self.manager.store.put_session(session.record)
+            await session.save_record()
         return 200, {"session_id": session.id}, []
 
     async def index(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
@@ -174,11 +174,14 @@ class _Api:
             raise NotFound(f"unknown session {session_id!r}")
         return record
 
+    def _state(self, record: SessionRecord) -> ChatSessionState:
+        live = self.manager.live(record.session_id)
+        return live.front_state(ChatSessionState) if live is not None else decode_front_state(record.meta, ChatSessionState)
+
     async def _status(self, record: SessionRecord) -> str:
         live = self.manager.live(record.session_id)
-        turn = live.turn if live is not None else None
-        if turn is not None and turn.machine.active:
-            return "waiting_for_input" if turn.machine.state is TurnState.AWAITING_ANSWER else "running"
+        if live is not None and live.busy:
+            return "waiting_for_input" if live.awaiting_answer else "running"
         turns = await self.manager.store.list_turns(record.session_id)
         if not turns:
             return "created"
@@ -192,7 +195,7 @@ class _Api:
             "session_id": record.session_id,
             "route": record.route,
             "title": record.title,
-            "intent": record.meta.get("intent"),
+            "intent": self._state(record).intent,
             "status": await self._status(record),
             "created_at": _iso(record.created_at),
             "updated_at": _iso(record.updated_at),

@@ -21,26 +21,25 @@ import logging
 import math
 import time
 from collections import deque
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
 
-import msgspec
 import trio
 
 from bridge.codecs.chat import ChatProjector, commands_frame
 from bridge.config import WsFrontConfig
 from bridge.core.events import CommandsAvailable, Event, TurnEnded
 from bridge.errors import NotFound
+from bridge.fronts.chat.state import ChatSessionState
 from bridge.schema.chat import RunOptions, TurnProjection
-from bridge.session import Session, SessionManager, Turn
+from bridge.session import Session, SessionManager, Turn, decode_front_state
 
-__all__ = ["ChatStreams", "RUNS_KEY", "TextFrame", "Watcher"]
+__all__ = ["ChatStreams", "TextFrame", "Watcher"]
 
 log = logging.getLogger("bridge.fronts.chat")
 
 TextFrame = tuple[int, str]  # (sequence, the JSON frame)
 
-# `SessionRecord.meta[RUNS_KEY][turn_id]`: the RunOptions a headless `chat:send` asked for.
-RUNS_KEY = "chat_runs"
 _REPLAY_BATCH = 256
 
 
@@ -58,27 +57,26 @@ class Watcher(Protocol):
         """Too many frames held for it during a replay: the client is too slow."""
 
 
-def _run_options(meta: dict[str, Any]) -> Any:
+def _run_options(state: ChatSessionState) -> Callable[[str], RunOptions | None]:
     def lookup(turn_id: str) -> RunOptions | None:
-        runs = meta.get(RUNS_KEY)  # read when the run ends: a `chat:send` adds to it
-        raw = runs.get(turn_id) if isinstance(runs, dict) else None
-        return msgspec.convert(raw, RunOptions) if isinstance(raw, dict) else None
+        return state.chat_runs.get(turn_id)  # read when the run ends: a `chat:send` adds to it
 
     return lookup
 
 
-def _keep_check(meta: dict[str, Any]) -> Any:
+def _keep_check(state: ChatSessionState) -> Callable[[str, dict[str, Any]], None]:
     def keep(turn_id: str, check: dict[str, Any]) -> None:
-        runs = meta.get(RUNS_KEY)  # the live session's meta: stored with the run's end
-        raw = runs.get(turn_id) if isinstance(runs, dict) else None
-        if isinstance(raw, dict):
-            raw["check"] = check
+        run = state.chat_runs.get(turn_id)  # a live session's state: stored with the run's end
+        if run is not None:
+            run.check = check
 
     return keep
 
 
 class _Stream:
     """A session subscriber that turns its events into chat frames for its watchers."""
+
+    protocol: ClassVar[str] = "chat"  # the events-relayed metric's label (bridge/session/interfaces.py)
 
     __slots__ = (
         "session",
@@ -99,7 +97,7 @@ class _Stream:
     def __init__(self, streams: ChatStreams, session: Session) -> None:
         self.session = session
         self.dead = False
-        self.projector = streams.projector(session.id, session.record.meta, live=True, skip_through=math.inf)
+        self.projector = streams.projector(session.id, session.front_state(ChatSessionState), live=True, skip_through=math.inf)
         self.watchers: dict[Watcher, None] = {}
         self.holding: dict[Watcher, list[TextFrame]] = {}
         self.joining = 0  # watchers on their way in (waiting for `ready`, replaying)
@@ -108,7 +106,7 @@ class _Stream:
         self._pending: list[Event] | None = []  # events that arrive while catching up
         self.ready = trio.Event()
         # Frames behind a turn's end that is not stored yet, in order: a client hears a
-        # run ended only once a reconnect could replay it (bridge/session.py).
+        # run ended only once a reconnect could replay it (bridge/session/journal.py).
         self._waiting: deque[tuple[Turn | None, list[TextFrame]]] = deque()
         self._armed: Turn | None = None  # the turn whose `when_done` will pump `_waiting`
         self.unsubscribe = session.subscribe(self)
@@ -215,11 +213,11 @@ class ChatStreams:
         self.manager = manager
         self._streams: dict[str, _Stream] = {}
 
-    def projector(self, session_id: str, meta: dict[str, Any], *, live: bool, **kw: Any) -> ChatProjector:
+    def projector(self, session_id: str, state: ChatSessionState, *, live: bool, **kw: Any) -> ChatProjector:
         return ChatProjector(
             session_id,
-            run_options=_run_options(meta),
-            keep_check=_keep_check(meta),
+            run_options=_run_options(state),
+            keep_check=_keep_check(state),
             clock=time.time if live else None,
             block_max_chars=self.cfg.block_max_chars,
             **kw,
@@ -292,7 +290,7 @@ class ChatStreams:
 
     async def _replay(self, session: Session, watcher: Watcher, after: int) -> int:
         events = await session.history(0)
-        projector = self.projector(session.id, session.record.meta, live=False, skip_through=after)
+        projector = self.projector(session.id, session.front_state(ChatSessionState), live=False, skip_through=after)
         projector.turn_times = await self._turn_times(session.id)
         batch: list[TextFrame] = []
         for event in events:
@@ -338,13 +336,13 @@ class ChatStreams:
         """Every turn projection of the session, derived from the stored log."""
         live = self.manager.live(session_id)
         if live is not None:
-            meta, events = live.record.meta, await live.history(0)
+            state, events = live.front_state(ChatSessionState), await live.history(0)
         else:
             record = await self.manager.store.get_session(session_id)
             if record is None:
                 raise NotFound(f"unknown session {session_id!r}")
-            meta, events = record.meta, await self.manager.read_events(session_id)
-        projector = self.projector(session_id, meta, live=False, keep_transcript=True, skip_through=math.inf)
+            state, events = decode_front_state(record.meta, ChatSessionState), await self.manager.read_events(session_id)
+        projector = self.projector(session_id, state, live=False, keep_transcript=True, skip_through=math.inf)
         projector.turn_times = await self._turn_times(session_id)
         for event in events:
             projector.feed(event)

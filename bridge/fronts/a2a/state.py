@@ -1,0 +1,67 @@
+"""What the A2A front keeps with each session it made: its tasks, push configs and side sessions.
+
+One `A2AContext` per session, stored as `SessionRecord.meta["a2a"]` (bridge/session/state.py;
+the on-disk shape is the one this front has always written, so records of an older
+daemon read back unchanged). Its presence marks a session the A2A front made: ListTasks
+lists only those, and a `contextId` naming any other session is unknown.
+
+- `ctx`: a side session's context (the primary session's id); None on a primary.
+- `side`: a primary's side sessions (parallel tasks of one context, bridge/fronts/a2a/tasks.py).
+- `held`: the interrupted task waiting in this session for the client's next message.
+- `cont`: continuation turn → its task (a task interrupted then resumed spans turns).
+- `tasks`: task id → `A2ATask`: its last `state` and `ts` once its turn ended, the `turns`
+  after its first, the client's message ids (`mids`), `refs` (referenceTaskIds),
+  `quoted` (blocks of referenced replies put before the prompt) and `push` configs.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from bridge.session import FrontState
+
+__all__ = ["A2AContext", "A2APushConfig", "A2ATask"]
+
+
+class A2APushConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A task's webhook as registered (A2A 1.0 `TaskPushNotificationConfig`, specification/a2a.proto),
+    with the dialect its client spoke, which decides the body POSTed (bridge/fronts/a2a/push.py)."""
+
+    id: str
+    url: str
+    dialect: str
+    token: str | None = None
+    scheme: str | None = None
+    credentials: str | None = None
+
+    def __repr__(self) -> str:  # `token` and `credentials` are the receiver's secrets (STYLE.md rule 21)
+        return f"A2APushConfig(id={self.id!r}, dialect={self.dialect!r})"
+
+
+class A2ATask(msgspec.Struct, kw_only=True, omit_defaults=True):
+    state: str | None = None
+    ts: float | None = None
+    turns: list[str] = []
+    mids: dict[str, str] = {}
+    refs: list[str] = []
+    quoted: int = 0
+    push: list[A2APushConfig] = []
+
+
+class A2AContext(FrontState):
+    meta_key: ClassVar[str | None] = "a2a"
+
+    ctx: str | None = None
+    side: list[str] = []
+    held: str | None = None
+    cont: dict[str, str] = {}
+    tasks: dict[str, A2ATask] = {}
+
+    def task(self, task_id: str) -> A2ATask:
+        """The state of `task_id`, made empty if it has none yet."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            task = self.tasks[task_id] = A2ATask()
+        return task

@@ -1,0 +1,174 @@
+"""A session's journal: its events, turn records and record, written to the store in batches.
+
+`Session._emit` appends each event to the journal's pending list (one append, no I/O);
+the manager's one `Flusher` task writes every session that has pending events at most
+`[store] flush_interval_s` after the first (sooner past `FLUSH_AT_EVENTS`), each in one
+store transaction with its session record and the turn records that changed
+(bridge/store/base.py `Store.save`). A back that produces faster than the store takes
+waits in `flow()` once `MAX_PENDING_EVENTS` are pending (backpressure keeps unstored
+events bounded in memory). A turn's end is flushed before `Turn.wait()` returns
+(bridge/session/live.py), so a finished turn is durable before any client hears that
+it finished.
+
+Every write of the record goes through here (`flush`, `save_record`), so the fronts'
+typed state (bridge/session/state.py) is encoded into `record.meta` before each one.
+`flush_or_close` is the journal's boundary (STYLE.md rule 17): events the store cannot
+take close that one session, logged, and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol, TypeVar
+
+import trio
+
+from bridge.core.events import Event, encode_events
+from bridge.session.interfaces import TurnObserver
+from bridge.session.state import FrontState, decode_front_state, encode_front_state, stored_front_state
+from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
+
+__all__ = ["FLUSH_AT_EVENTS", "MAX_PENDING_EVENTS", "Flusher", "Journal"]
+
+log = logging.getLogger("bridge.session")
+
+S = TypeVar("S", bound=FrontState)
+
+# Pending events that wake the flusher early, and the bound past which a producing
+# back waits for the store (backpressure keeps unstored events bounded in memory).
+FLUSH_AT_EVENTS = 16384
+MAX_PENDING_EVENTS = 65536
+
+
+class _JournalOwner(Protocol):
+    """What a journal needs of the session manager."""
+
+    store: Store
+    observer: TurnObserver | None
+    flusher: Flusher
+
+
+class Journal:
+    """The store side of a `Session` (its base class: the per-event path stays one append).
+
+    The session sets `id`, `record`, `manager`, `_closed` and `_protocols` (its
+    subscribers' fronts, for the metric) before calling `_open_journal`."""
+
+    id: str
+    record: SessionRecord
+    manager: _JournalOwner
+    _closed: trio.Event
+    _protocols: list[str]
+
+    def _open_journal(self) -> None:
+        self._pending: list[Event] = []
+        self._unsaved_turns: dict[str, TurnRecord] = {}  # written with the next flush
+        self._flush_lock = trio.Lock()
+        self._front_states: dict[type[Any], FrontState] = {}  # decoded once (bridge/session/state.py)
+
+    def _encode_front_states(self) -> None:
+        for state in self._front_states.values():
+            encode_front_state(self.record.meta, state)
+
+    def front_state(self, kind: type[S]) -> S:
+        """The typed state a front keeps with this session (bridge/session/state.py):
+        decoded from the record on first use, the same object from then on, written back
+        with the record. The front changes it in place; `save_record()` stores it now."""
+        state = self._front_states.get(kind)
+        if state is None:
+            state = self._front_states[kind] = decode_front_state(self.record.meta, kind)
+        return state  # type: ignore[return-value]
+
+    def find_front_state(self, kind: type[S]) -> S | None:
+        """`front_state(kind)`, or None when this session has none (its front never made one)."""
+        state = self._front_states.get(kind)
+        if state is None:
+            state = stored_front_state(self.record.meta, kind)
+            if state is not None:
+                self._front_states[kind] = state
+        return state  # type: ignore[return-value]
+
+    def write_front_state(self, kind: type[FrontState]) -> None:
+        """Encode `kind` into `record.meta` now, for a reader of the record between writes
+        (the chat back reads the chat front's run options there: bridge/backs/chat/back.py)."""
+        state = self._front_states.get(kind)
+        if state is not None:
+            encode_front_state(self.record.meta, state)
+
+    async def flush(self) -> None:
+        """Write the pending events, the session record and the turn record that changed
+        since the last flush, in one transaction."""
+        async with self._flush_lock:
+            if not self._pending and not self._unsaved_turns:
+                return
+            batch, self._pending = self._pending, []
+            turns, self._unsaved_turns = list(self._unsaved_turns.values()), {}
+            stored = None
+            if batch:
+                observer = self.manager.observer
+                if observer is not None:
+                    for protocol in self._protocols:  # once per flush, not per event
+                        observer.events_delivered(protocol, len(batch))
+                blob = encode_events(batch)  # type: ignore[arg-type]
+                self.record.updated_at = time.time()
+                self.record.last_seq = batch[-1].seq
+                stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
+            if self._front_states:
+                self._encode_front_states()
+            with trio.CancelScope(shield=True):
+                await self.manager.store.save(self.record, turns=turns, batch=stored)
+
+    async def flush_or_close(self) -> None:
+        """`flush`, inside this session's boundary: events the store cannot take (its
+        error, or ours in encoding them) close this session, logged, and nothing else."""
+        try:
+            await self.flush()
+        except Exception:
+            log.exception("session %s: its events could not be stored; closed", self.id, extra={"route": self.record.route})
+            self._closed.set()
+
+    async def save_record(self) -> None:
+        """Store the session record now (with the fronts' state), outside a flush: for a
+        change that must be findable after a crash before the next event is stored."""
+        if self._front_states:
+            self._encode_front_states()
+        await self.manager.store.put_session(self.record)
+
+
+class Flusher:
+    """The manager's one flusher task for every session: an idle daemon has no timers,
+    and the sessions due together share one store transaction each, concurrently."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        # Sessions with events not stored yet, and what wakes the flusher: the first
+        # such session (then it waits `interval_s`), or one with many (at once).
+        self._pending: dict[Journal, None] = {}
+        self._has_pending = trio.Event()
+        self._flush_soon = trio.Event()
+
+    def dirty(self, journal: Journal) -> None:
+        """`journal` has its first event since its last flush."""
+        self._pending[journal] = None
+        self._has_pending.set()
+
+    def soon(self) -> None:
+        """Flush now rather than at the end of the interval."""
+        self._flush_soon.set()
+
+    async def run(self) -> None:
+        """Every session's pending events, stored at most `interval_s` after the first."""
+        while True:
+            await self._has_pending.wait()
+            with trio.move_on_after(self.interval_s):
+                await self._flush_soon.wait()
+            self._flush_soon = trio.Event()
+            self._has_pending = trio.Event()
+            due, self._pending = list(self._pending), {}
+            if len(due) == 1:
+                await due[0].flush_or_close()
+            else:
+                async with trio.open_nursery() as nursery:
+                    for journal in due:
+                        nursery.start_soon(journal.flush_or_close)

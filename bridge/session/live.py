@@ -1,0 +1,389 @@
+"""A live session: where fronts and backs meet.
+
+A `Session` owns its back session and its turns, so a turn keeps running when the
+client that started it goes away (A2A and chat clients may reconnect; an ACP editor
+that exits ends its process anyway). Fronts never talk to backs, only to sessions:
+
+- `start_turn(content)` begins a turn (one at a time, else `Busy`; `busy` says whether
+  one runs), `Turn.wait()` gives its `TurnEnded`; `cancel()`, `answer(...)`,
+  `set_option(...)`, `close()`.
+- `subscribe(sub)` delivers every event, stamped with the session's gapless sequence
+  number, synchronously and in order; a subscriber that is congested pauses the back
+  at its next `flow()` (backpressure), or drops itself (its own policy).
+- Events go to the journal (bridge/session/journal.py, the base class) and reach the
+  store in batches; a turn's end is flushed before `Turn.wait()` returns.
+- `front_state(kind)`: the typed state a front keeps with the session
+  (bridge/session/state.py), stored with its record.
+
+Fault isolation (STYLE.md rule 17): every delivery to a subscriber runs inside a
+boundary; a subscriber that raises is unsubscribed (its `broken()` called, if it has
+one) and logged as our bug, and the others and the turn go on. Every back call is
+one too: whatever a back raises fails that turn (`TurnEnded` failed), cancels and
+closes that fail are logged, and nothing a session does can end the manager. A turn
+whose back sends nothing for the route's `turn_idle_timeout_s` fails (the manager's
+watchdog, bridge/session/manager.py).
+
+Slash commands (bridge/prompts): a session's commands are its back's own plus its
+route's prompts (`commands()`); it emits `CommandsAvailable` again whenever they
+change. A prompt starting with `/name` is resolved in `start_turn` (an unknown command
+or a missing argument raises InvalidParams: no turn starts) and expanded inside the
+turn before the back sees it (a source that fails it fails the turn, `PromptError`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import trio
+from msgspec.structs import replace
+
+from bridge.backs.base import Back, BackSession, ClientServices, SessionContext
+from bridge.config import Route
+from bridge.core.content import ContentBlock, text_of
+from bridge.core.events import (
+    CommandInfo,
+    CommandsAvailable,
+    ConfigOption,
+    ConfigValue,
+    Event,
+    OptionsChanged,
+    QuestionAnswered,
+    TurnStarted,
+)
+from bridge.core.turn import TurnState
+from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
+from bridge.prompts.registry import PromptRegistry
+from bridge.session.interfaces import Subscriber, TurnObserver, protocol_of
+from bridge.session.journal import FLUSH_AT_EVENTS, MAX_PENDING_EVENTS, Flusher, Journal
+from bridge.session.running import TurnRunner
+from bridge.session.supervised import SupervisedNursery
+from bridge.session.turn import Turn, check_answer, new_id
+from bridge.store import SessionRecord, Store, TurnRecord
+
+__all__ = ["Session", "SessionOwner"]
+
+log = logging.getLogger("bridge.session")
+
+class SessionOwner(Protocol):
+    """What a session needs of its manager (bridge/session/manager.py `SessionManager`)."""
+
+    store: Store
+    prompts: PromptRegistry
+    observer: TurnObserver | None
+    flusher: Flusher
+    accepting: bool
+    refusal: str
+    aborted: bool
+
+    def lend_nursery(self) -> SupervisedNursery: ...
+
+    def forget(self, session: Session) -> None: ...
+
+    def watch_idle(self, turn: Turn, idle_s: float) -> None: ...
+
+    def unwatch_idle(self, turn: Turn) -> None: ...
+
+    async def read_events(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
+
+
+class Session(TurnRunner, Journal):
+    """One live conversation: its back session, its running turn, its subscribers."""
+
+    def __init__(self, manager: SessionOwner, record: SessionRecord, route: Route, back: Back) -> None:
+        self.manager = manager
+        self.record = record
+        self.route = route
+        self.back = back
+        self.id = record.session_id
+        self._seq = record.last_seq
+        self._subscribers: list[Subscriber] = []
+        self._protocols: list[str] = []  # each subscriber's front, for the metric
+        self._back_session: BackSession | None = None
+        self._back_lock = trio.Lock()
+        self.turn: Turn | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closed = trio.Event()
+        self._gone = trio.Event()  # run() has ended: its back closed, its events stored
+        # Set by the ACP front while an editor is attached (its files and terminals).
+        self.client_services: ClientServices | None = None
+        self.back_options: list[ConfigOption] = []  # what the back's agent offers
+        # Its route was removed by a reload: the running turn may finish, no new one starts.
+        self.retired = False
+        self._announced: list[CommandInfo] | None = None  # the commands last emitted
+        self.last_used = trio.current_time()  # a turn started or ended, a client came or went
+        self._open_journal()
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            unlisten = self.manager.prompts.listen(self.record.route, self._prompts_changed)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started()
+                    await self._closed.wait()
+                    if nursery.child_tasks:
+                        nursery.cancel_scope.cancel()
+            except Exception:
+                # The session's boundary (STYLE.md rule 17): a task of its back or of a
+                # turn raised (our bug). This session ends; the manager and the others go on.
+                log.exception("session %s failed; closed", self.id, extra={"route": self.record.route})
+            finally:
+                self._closed.set()
+                unlisten()
+        finally:
+            with trio.move_on_after(5, shield=True):
+                await self._end_cut_turn()
+                await self._close_back()
+                await self.flush_or_close()
+            self.manager.forget(self)
+            self._gone.set()
+
+    async def _close_back(self) -> None:
+        back = self._back_session
+        if back is None:
+            return
+        try:
+            await back.aclose()
+        except BackError as exc:
+            log.warning("session %s: back did not close cleanly: %s", self.id, exc.message)
+        except Exception:  # a back is our code: our bug, and only this session's
+            log.exception("session %s: back raised while closing", self.id)
+
+    async def close(self) -> None:
+        """Cancel any running turn (bounded), then free the back and the session."""
+        if self.busy:
+            self.cancel()
+            with trio.move_on_after(self.route.cancel_grace_s + 1):
+                await self.turn.wait()
+        self._closed.set()
+
+    def idle_for(self, now: float) -> float | None:
+        """How long nobody has used it; None while a turn runs or a client is attached."""
+        if self.busy or self._subscribers or self.client_services is not None or self._closed.is_set():
+            return None
+        return now - self.last_used
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running (or waiting for an answer, or cancelling): a new one is `Busy`."""
+        turn = self.turn
+        return turn is not None and turn.machine.active
+
+    @property
+    def awaiting_answer(self) -> bool:
+        """The running turn waits for an answer to a question it asked."""
+        turn = self.turn
+        return turn is not None and turn.machine.state is TurnState.AWAITING_ANSWER
+
+    # -- SessionHost (what a back may use outside a turn) ----------------------------
+    def emit(self, event: Event) -> None:
+        if type(event) is CommandsAvailable:
+            event.commands = self._with_prompts(event.commands)
+        self._emit(event)
+
+    # -- slash commands -------------------------------------------------------------
+    def commands(self) -> list[CommandInfo]:
+        """The back's own commands, then the route's prompts (a prompt hides a back command of its name)."""
+        return self._with_prompts(self.back.info.commands)
+
+    def _with_prompts(self, back_commands: list[CommandInfo]) -> list[CommandInfo]:
+        commands = self.manager.prompts.merged(self.record.route, back_commands)
+        self._announced = commands
+        return commands
+
+    def _prompts_changed(self) -> None:
+        if self._closed.is_set():
+            return
+        commands = self.manager.prompts.merged(self.record.route, self.back.info.commands)
+        if commands != self._announced:
+            self._announced = commands
+            self._emit(CommandsAvailable(commands=commands))
+
+    def set_back_options(self, options: list[ConfigOption]) -> None:
+        self.back_options = options
+        self._emit(OptionsChanged(options=self.config_options()))
+
+    @property
+    def shared_nursery(self) -> SupervisedNursery:
+        return self.manager.lend_nursery()
+
+    # -- events ---------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        self._seq += 1
+        event.seq = self._seq
+        if not self._pending:
+            self.manager.flusher.dirty(self)
+        self._pending.append(event)
+        for sub in self._subscribers:
+            # One subscriber's boundary (STYLE.md rule 17): free when nothing raises.
+            try:
+                sub.deliver(event)
+            except Exception:
+                self._subscriber_failed(sub, event.seq)
+
+    def _subscriber_failed(self, sub: Subscriber, seq: int | None) -> None:
+        """`sub` raised: our bug in a front. Unsubscribe it and tell it; nobody else notices."""
+        at = f" at event {seq}" if seq is not None else ""
+        log.exception("session %s: a %s subscriber failed%s; unsubscribed", self.id, protocol_of(sub), at)
+        if sub in self._subscribers:
+            i = self._subscribers.index(sub)  # copy on write, as in `subscribe`
+            self._subscribers = self._subscribers[:i] + self._subscribers[i + 1 :]
+            self._protocols = self._protocols[:i] + self._protocols[i + 1 :]
+        broken = getattr(sub, "broken", None)
+        if callable(broken):
+            try:
+                broken()
+            except Exception:
+                log.exception("session %s: a failed subscriber could not be told", self.id)
+
+    async def _flow(self) -> None:
+        for sub in self._subscribers:
+            try:
+                if sub.congested():
+                    await sub.wait_uncongested()
+            except Exception:
+                self._subscriber_failed(sub, None)
+        pending = len(self._pending)
+        if pending >= MAX_PENDING_EVENTS:
+            await self.flush()
+            return
+        if pending >= FLUSH_AT_EVENTS:
+            self.manager.flusher.soon()  # written in the background while the back goes on
+        await trio.lowlevel.checkpoint()
+
+    def subscribe(self, sub: Subscriber) -> Callable[[], None]:
+        # Copy on write: `_emit` iterates the list it found, so a subscriber that
+        # (un)subscribes during a delivery never makes another one miss that event,
+        # and the hot path pays nothing for it.
+        self._subscribers = [*self._subscribers, sub]
+        self._protocols = [*self._protocols, protocol_of(sub)]
+        self.last_used = trio.current_time()
+
+        def unsubscribe() -> None:
+            self.last_used = trio.current_time()
+            if sub in self._subscribers:
+                i = self._subscribers.index(sub)
+                self._subscribers = self._subscribers[:i] + self._subscribers[i + 1 :]
+                self._protocols = self._protocols[:i] + self._protocols[i + 1 :]
+
+        return unsubscribe
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    async def history(self, after_seq: int = 0) -> list[Event]:
+        """Every event after `after_seq`: stored batches, then what is still pending."""
+        await self.flush()
+        return await self.manager.read_events(self.id, after_seq)
+
+    # -- turns ----------------------------------------------------------------------
+    def start_turn(self, content: list[ContentBlock]) -> Turn:
+        """Begin a turn now (synchronously, so a cancel that follows finds it)."""
+        if self.busy:
+            raise Busy(f"session {self.id} is already running a turn; cancel it or wait for it to end")
+        if self._nursery is None or self._closed.is_set():
+            raise NotFound(f"session {self.id} is closed")
+        if self.retired:
+            raise NotFound(f"route {self.record.route!r} of session {self.id} was removed from the configuration")
+        if not self.manager.accepting:
+            raise BackUnavailable(self.manager.refusal)
+        back_commands = [c.name for c in self.back.info.commands]
+        invocation = self.manager.prompts.resolve(self.record.route, content, back_commands)  # InvalidParams: no turn
+        turn = Turn(self, new_id(), content)
+        turn.invocation = invocation
+        self.turn = turn
+        self.last_used = trio.current_time()
+        if self.record.title is None:
+            self.record.title = " ".join(text_of(content).split())[:80] or None
+        self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content))
+        turn.first_seq = self._seq
+        # Stored with its TurnStarted event at the next flush, not on any client's path.
+        self._unsaved_turns[turn.turn_id] = TurnRecord(
+            turn_id=turn.turn_id, session_id=self.id, started_at=turn.started_at, first_seq=turn.first_seq
+        )
+        self._nursery.start_soon(self._run_turn, turn)
+        return turn
+
+    async def _ensure_back(self) -> BackSession:
+        async with self._back_lock:
+            if self._back_session is None:
+                assert self._nursery is not None
+                ctx = SessionContext(
+                    session_id=self.id,
+                    route=self.record.route,
+                    cwd=self.record.cwd,
+                    options=dict(self.record.options),
+                    back_ref=self.record.back_ref,
+                    meta=dict(self.record.meta),
+                    host=self,
+                )
+                self._back_session = await self.back.open_session(ctx, nursery=self._nursery)
+            return self._back_session
+
+    def answer(
+        self,
+        question_id: str,
+        *,
+        selected: list[str] | None = None,
+        text: str | None = None,
+        values: dict[str, Any] | None = None,
+        cancelled: bool = False,
+        by: Literal["user", "front"] = "user",
+    ) -> None:
+        """Answer an open question; InvalidParams if the answer does not fit it.
+
+        `by="front"` (with `cancelled`): the front had no way to show the question,
+        so the back may ask in the chat instead (the A2A back does: bridge/backs/a2a/turn.py).
+        """
+        turn = self.turn
+        question = turn.open_question(question_id) if turn else None
+        if turn is None or question is None:
+            raise NotFound(f"no open question {question_id!r} in session {self.id}")
+        selected = selected or []
+        if not cancelled:
+            check_answer(question, selected, text, values)
+        turn._resolve(
+            question_id,
+            QuestionAnswered(
+                question_id=question_id, selected=selected, text=text, values=values, cancelled=cancelled, by=by
+            ),
+        )
+
+    # -- options --------------------------------------------------------------------
+    def config_options(self) -> list[ConfigOption]:
+        """The route's options, then those the back's agent offers (route ids win)."""
+        own = [
+            ConfigOption(
+                id=o.id,
+                name=o.name,
+                current=self.record.options.get(o.id, o.default or o.values[0].value),
+                values=[ConfigValue(value=v.value, name=v.name, description=v.description) for v in o.values],
+                description=o.description,
+                category=o.category,
+            )
+            for o in self.route.options
+        ]
+        ids = {o.id for o in own}
+        return own + [o for o in self.back_options if o.id not in ids]
+
+    async def set_option(self, option_id: str, value: str) -> list[ConfigOption]:
+        spec = next((o for o in self.route.options if o.id == option_id), None)
+        offered = None if spec is not None else next((o for o in self.back_options if o.id == option_id), None)
+        if spec is None and offered is None:
+            raise InvalidParams(f"unknown option {option_id!r}; options are {[o.id for o in self.config_options()]}")
+        values = [v.value for v in (spec or offered).values]  # type: ignore[union-attr]
+        if value not in values:
+            raise InvalidParams(f"{value!r} is not a value of {option_id!r}: {values}")
+        self.record.options[option_id] = value
+        if self._back_session is not None:
+            await self._back_session.set_option(option_id, value)
+        if offered is not None:
+            self.back_options = [replace(o, current=value) if o.id == option_id else o for o in self.back_options]
+        options = self.config_options()
+        self._emit(OptionsChanged(options=options))
+        await self.save_record()
+        return options

@@ -1,0 +1,318 @@
+"""The session manager: creates, finds, runs and closes live sessions.
+
+A `SessionManager` owns a nursery in which every live `Session` (bridge/session/live.py)
+runs, the journal's one flusher (bridge/session/journal.py), the prompt sources
+(bridge/prompts) and two watchdogs:
+
+- a session nobody uses for `[daemon] idle_session_close_s` is closed (its back too);
+  `get` brings it back from the store. Live sessions are capped (`[daemon]
+  max_live_sessions`, a route's `max_live_sessions`): when full, the longest-idle one
+  is closed to make room; with none idle, `Overloaded`. A front keeps a session it
+  still needs (an A2A task waiting for input) with a `keep_alive` predicate.
+- a running turn whose back sends nothing for its route's `turn_idle_timeout_s` fails
+  (`_watch_idle_turns`: one task for every turn, one increment per event).
+
+For the daemon (reload, shutdown, metrics): `stop_accepting()` refuses new sessions
+and turns from then on (`accepting` off, the `stopping` event set); `drain(grace_s)`
+lets running turns finish, then cancels the rest, so every front reports the
+cancellation its own way from `TurnEnded(cancelled)` (the daemon sets `drained` after);
+`reconfigure(config)` swaps routes (removed routes' sessions are `retired`: no new
+turns); an optional `observer` (bridge/metrics.py) hears of sessions, turns and back
+errors once each, and of delivered events once per store flush, never per event.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from bridge.backs.base import Back
+from bridge.config import Config, Route
+from bridge.core.events import Event, decode_events
+from bridge.errors import BackUnavailable, NotFound, Overloaded
+from bridge.prompts.registry import PromptRegistry
+from bridge.session.interfaces import TurnObserver
+from bridge.session.journal import Flusher
+from bridge.session.live import Session
+from bridge.session.supervised import SupervisedNursery
+from bridge.session.turn import Turn, new_id
+from bridge.store import SessionRecord, Store
+
+__all__ = ["SessionManager"]
+
+log = logging.getLogger("bridge.session")
+
+
+class SessionManager:
+    """Creates, finds and runs sessions; owns their nursery."""
+
+    def __init__(self, config: Config, store: Store, make_back: Callable[[str, Route], Back]) -> None:
+        self.config = config
+        self.store = store
+        self._make_back = make_back
+        self._backs: dict[str, Back] = {}
+        self._live: dict[str, Session] = {}
+        self._nursery: trio.Nursery | None = None
+        # Running turns under a route's `turn_idle_timeout_s`: one watchdog for them all
+        # (`_watch_idle_turns`), so a turn costs no task and an event one increment.
+        self._idle_turns: set[Turn] = set()
+        self._idle_wakeup = trio.Event()
+        self._idle_step = math.inf  # how long the watchdog sleeps now
+        self.flusher = Flusher(config.store.flush_interval_s)  # stores every session's events
+        self.observer: TurnObserver | None = None
+        self.accepting = True  # False: new sessions and turns are refused with `refusal`
+        self.refusal = "the bridge is shutting down"
+        self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good
+        self.drained = trio.Event()  # ... and the stop's drain has ended every running turn
+        # Predicates by which a front keeps an idle session live (an A2A task waiting for input).
+        self.keep_alive: list[Callable[[Session], bool]] = []
+        # What fronts finish after the drain, before the sessions close (A2A webhooks);
+        # the daemon runs them concurrently, bounded by `[server] graceful_timeout_s`.
+        self.before_close: list[Callable[[], Awaitable[None]]] = []
+        self.aborted = False
+        self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # Turns a killed process left running end now, before any session can load
+        # them: every front then replays their end (bridge/store/base.py).
+        for cut in await self.store.close_cut_turns():
+            log.warning("turn cut short by a stopped process: closed as interrupted",
+                        extra={"session": cut.session_id, "turn": cut.turn_id})  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.prompts.run)
+            nursery.start_soon(self.flusher.run)
+            nursery.start_soon(self._close_idle)
+            nursery.start_soon(self._watch_idle_turns)
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def _close_idle(self) -> None:
+        """Close live sessions nobody has used for `[daemon] idle_session_close_s`, so a
+        long-running daemon's memory and agent processes stay bounded; `get()` brings one
+        back from the store when a client asks for it."""
+        while True:
+            limit = self.config.daemon.idle_session_close_s
+            await trio.sleep(max(1.0, limit / 4) if limit else 60.0)
+            if not limit:
+                continue
+            now = trio.current_time()
+            for session in list(self._live.values()):
+                idle = session.idle_for(now)
+                if idle is not None and idle >= limit and not any(keep(session) for keep in self.keep_alive):
+                    log.info("session idle for %.0f s: closed", idle, extra={"route": session.record.route, "session": session.id})
+                    await session.close()
+
+    def watch_idle(self, turn: Turn, idle_s: float) -> None:
+        turn.idle_s, turn.idle_seen, turn.quiet_since = idle_s, turn.events, trio.current_time()
+        self._idle_turns.add(turn)
+        if idle_s / 4 < self._idle_step:
+            self._idle_wakeup.set()  # the watchdog sleeps too long for this turn's bound
+
+    def unwatch_idle(self, turn: Turn) -> None:
+        self._idle_turns.discard(turn)
+
+    async def _watch_idle_turns(self) -> None:
+        """Cut off a turn once its back has sent nothing for its route's
+        `turn_idle_timeout_s` (a question waiting for its user does not count).
+
+        Each turn is looked at every quarter of its bound at least, so it fails between
+        1 and 1.25 times the bound after the back's last event; an event costs one
+        increment (`Turn.events`) instead of a deadline move (STYLE.md rule 15's idle
+        scope, made cheap for the per-event path)."""
+        while True:
+            self._idle_step = min((t.idle_s for t in self._idle_turns), default=math.inf) / 4
+            with trio.move_on_after(self._idle_step):
+                await self._idle_wakeup.wait()
+            if self._idle_wakeup.is_set():
+                self._idle_wakeup = trio.Event()
+            now = trio.current_time()
+            for turn in list(self._idle_turns):
+                if turn.events != turn.idle_seen or turn.asking:
+                    turn.idle_seen, turn.quiet_since = turn.events, now
+                elif now - turn.quiet_since >= turn.idle_s - 1e-9 and not turn.idled:
+                    s = turn.session
+                    log.warning("session %s turn %s: the back sent nothing for %g s; failed", s.id, turn.turn_id, turn.idle_s)
+                    turn.idled = True
+                    self._idle_turns.discard(turn)
+                    assert turn.scope is not None
+                    turn.scope.cancel()
+
+    def lend_nursery(self) -> SupervisedNursery:
+        """The manager's nursery as lent to backs and fronts (`Session.shared_nursery`)."""
+        assert self._nursery is not None, "SessionManager.run() is not running"
+        return SupervisedNursery(self._nursery)
+
+    def back_for(self, route_name: str) -> Back:
+        back = self._backs.get(route_name)
+        if back is None:
+            if route_name not in self.config.routes:
+                raise NotFound(f"no route named {route_name!r}; routes are {sorted(self.config.routes)}")
+            back = self._backs[route_name] = self._make_back(route_name, self.config.routes[route_name])
+        return back
+
+    async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None, lazy: bool = False) -> Session:
+        """A new live session. `lazy`: for a caller that starts a turn in it at once
+        (A2A); its record is then stored with that turn's first flush, not before."""
+        if not self.accepting:
+            raise BackUnavailable(self.refusal)
+        back = self.back_for(route_name)
+        await self._make_room(route_name)  # before its record is stored: a refusal leaves nothing
+        now = time.time()
+        route = self.config.routes[route_name]
+        record = SessionRecord(
+            session_id=new_id(),
+            route=route_name,
+            cwd=cwd,
+            created_at=now,
+            updated_at=now,
+            options={o.id: o.default or o.values[0].value for o in route.options},
+            meta=meta or {},
+        )
+        if not lazy:
+            await self.store.put_session(record)
+        session = await self._start(record, back)
+        log.info("session created", extra={"route": route_name, "session": record.session_id})
+        if self.observer is not None:
+            self.observer.session_opened(route_name)
+        return session
+
+    async def get(self, session_id: str) -> Session:
+        """The live session, started from the store if needed; NotFound otherwise."""
+        live = self._live.get(session_id)
+        if live is not None:
+            return live
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        if record.route not in self.config.routes:
+            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        live = self._live.get(session_id)  # another task may have started it meanwhile
+        if live is not None:
+            return live
+        return await self._start(record, self.back_for(record.route))
+
+    async def _start(self, record: SessionRecord, back: Back) -> Session:
+        assert self._nursery is not None, "SessionManager.run() is not running"
+        await self._make_room(record.route)
+        live = self._live.get(record.session_id)  # started by another task while we made room
+        if live is not None:
+            return live
+        session = Session(self, record, self.config.routes[record.route], back)
+        self._live[record.session_id] = session
+        await self._nursery.start(session.run)
+        return session
+
+    async def _make_room(self, route_name: str) -> None:
+        """Under the live-session caps (`[daemon] max_live_sessions`, the route's
+        `max_live_sessions`), closing the longest-idle session of the full pool (it stays
+        in the store; `get` brings it back); `Overloaded` when none of them is idle."""
+        while True:
+            total = self.config.daemon.max_live_sessions
+            per_route = self.config.routes[route_name].max_live_sessions if route_name in self.config.routes else None
+            if per_route is None and len(self._live) < total:
+                return  # the common case, without a look at every live session
+            # Sessions already closing are leaving (within their 5 s close): not counted,
+            # so concurrent requests each make room instead of finding nothing idle.
+            staying = [s for s in self._live.values() if not s._closed.is_set()]
+            pool: list[Session] | None = None
+            if len(staying) >= total:
+                pool, what = staying, f"[daemon] max_live_sessions ({total})"
+            elif per_route is not None:
+                mine = [s for s in staying if s.record.route == route_name]
+                if len(mine) >= per_route:
+                    pool, what = mine, f"route {route_name!r} max_live_sessions ({per_route})"
+            if pool is None:
+                return
+            now = trio.current_time()
+            idle = [(d, s) for s in pool if (d := s.idle_for(now)) is not None and not any(k(s) for k in self.keep_alive)]
+            if not idle:
+                log.warning("new session refused: %s reached, none idle", what)
+                raise Overloaded(f"too many live sessions: {what} reached and none is idle; try again later")
+            _, victim = max(idle, key=lambda pair: pair[0])
+            log.info("live-session cap reached: the longest-idle session closed", extra={"route": victim.record.route, "session": victim.id})
+            await victim.close()
+            await victim._gone.wait()  # its events stored before another copy could load it
+
+    def forget(self, session: Session) -> None:
+        if self._live.get(session.id) is session:
+            del self._live[session.id]
+
+    def live(self, session_id: str) -> Session | None:
+        return self._live.get(session_id)
+
+    async def read_events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+        out: list[Event] = []
+        for batch in await self.store.read_batches(session_id, after_seq=after_seq):
+            out.extend(e for e in decode_events(batch.blob) if e.seq > after_seq)
+        return out
+
+    async def close_all(self) -> None:
+        for session in list(self._live.values()):
+            if self.aborted:
+                return  # `abort` stopped every session
+            await session.close()
+
+    # -- the daemon: reload, shutdown, metrics ------------------------------------------------
+    def live_counts(self) -> dict[str, tuple[int, int]]:
+        """route → (live sessions, running turns)."""
+        counts: dict[str, tuple[int, int]] = {}
+        for s in self._live.values():
+            n, t = counts.get(s.record.route, (0, 0))
+            counts[s.record.route] = (n + 1, t + (1 if s.busy else 0))
+        return counts
+
+    def reconfigure(self, config: Config) -> tuple[dict[str, Back], list[Session]]:
+        """Use `config` from now on. New and changed routes serve new sessions; live
+        sessions keep the route they started with; those of removed routes are retired.
+        Returns the backs no new session will use (of changed and removed routes, by
+        route name) and the sessions retired."""
+        old, self.config = self.config, config
+        self.prompts.reconfigure(config)
+        dropped = {
+            name: self._backs.pop(name)
+            for name in list(self._backs)
+            if name not in config.routes or config.routes[name] != old.routes.get(name)
+        }
+        retired = [s for s in self._live.values() if s.record.route not in config.routes]
+        for session in retired:
+            session.retired = True
+        return dropped, retired
+
+    async def drain(self, grace_s: float, *, sessions: list[Session] | None = None) -> int:
+        """Let running turns finish within `grace_s`, then cancel the rest and wait for
+        them to end (each within its route's cancel grace). Returns how many were cancelled."""
+        live = list(self._live.values()) if sessions is None else sessions
+        turns = [s.turn for s in live if s.turn is not None and s.busy]
+        if not turns:
+            return 0
+        with trio.move_on_after(grace_s):
+            for turn in turns:
+                await turn.wait()
+        late = [t for t in turns if not t._done.is_set()]
+        for turn in late:
+            log.info("turn still running after %g s: cancelled", grace_s,
+                     extra={"route": turn.session.record.route, "session": turn.session.id, "turn": turn.turn_id})  # fmt: skip
+            turn.session.cancel()
+        with trio.move_on_after(max((t.session.route.cancel_grace_s for t in late), default=0) + 1):
+            for turn in late:
+                await turn.wait()
+        return len(late)
+
+    def stop_accepting(self, refusal: str) -> None:
+        """The daemon stops: refuse new sessions and turns from now on, saying `refusal`."""
+        self.accepting = False
+        self.refusal = refusal
+        self.stopping.set()
+
+    def abort(self) -> None:
+        """Stop every session now (a second SIGTERM): their backs still end their processes."""
+        self.aborted = True
+        self.stop_accepting(self.refusal)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
