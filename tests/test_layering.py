@@ -428,9 +428,27 @@ def test_every_sans_io_module_loads_without_io_in_a_fresh_interpreter() -> None:
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     loaded = json.loads(proc.stdout)
     assert set(names) <= set(loaded) | {"bridge"}
-    assert sorted(m for m in loaded if m.split(".")[0] in IO_MODULES) == []
-    above = sorted(m for m in loaded if m.startswith("bridge.") and layer_of(m) not in {*SANS_IO, *EVERYONE_MAY_IMPORT})
-    assert above == []
+    bad = _io_or_above_in(loaded)
+    assert not bad, f"loaded {', '.join(bad)}: " + "; ".join(_who_loads(names))
+
+
+def _io_or_above_in(loaded: list[str]) -> list[str]:
+    """The I/O packages (top-level names) and upper-layer bridge modules in `loaded`."""
+    io = {m.split(".")[0] for m in loaded if m.split(".")[0] in IO_MODULES}
+    above = {m for m in loaded if m.startswith("bridge.") and layer_of(m) not in {*SANS_IO, *EVERYONE_MAY_IMPORT}}
+    return sorted(io | above)
+
+
+def _who_loads(names: list[str]) -> list[str]:
+    """Each sans-I/O module that, alone in a fresh interpreter, loads a module it must not."""
+    found = []
+    for name in names:
+        probe = _SANS_IO_PROBE.format(names=[name])
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+        bad = _io_or_above_in(json.loads(proc.stdout))
+        if bad:
+            found.append(f"{name} loads {', '.join(bad)}")
+    return found
 
 
 _ACP_PROBE = """
