@@ -13,7 +13,8 @@ under `if TYPE_CHECKING:` count as much as the ones at the top):
   every one of their modules without loading one;
 - `bridge.cli` and `bridge.fronts.acp.front` (what an editor spawns) load no HTTP
   server, HTTP client or MCP SDK, so `agent-bridge acp` starts fast (DESIGN.md,
-  "Libraries").
+  "Libraries"); nor do the protocol packages' `__init__` (their registry
+  declarations), which the daemon imports for every protocol, used or not.
 
 Run as a script to check another tree: `python tests/test_layering.py PATH/bridge`.
 """
@@ -222,9 +223,13 @@ class _ImportFinder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _ours(name: str) -> bool:
+    return name == "bridge" or name.startswith("bridge.")
+
+
 def _resolve(name: str, known: frozenset[str]) -> str:
     """A `bridge` name as the longest module of the tree it names (others unchanged)."""
-    if not name.startswith("bridge"):
+    if not _ours(name):
         return name
     parts = name.split(".")
     while parts and ".".join(parts) not in known:
@@ -290,7 +295,7 @@ def check_sans_io(root: Path = BRIDGE, imports: list[Import] | None = None) -> l
 
 
 def _strongly_connected(graph: dict[str, dict[str, Import]]) -> Iterator[list[str]]:
-    """Tarjan's algorithm, iterative (the tree is deep enough to matter)."""
+    """Tarjan's algorithm, iterative so that no chain of imports meets the recursion limit."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -354,7 +359,7 @@ def check_cycles(root: Path = BRIDGE, imports: list[Import] | None = None) -> li
     """Every import cycle between modules, as its chain of modules and import lines."""
     graph: dict[str, dict[str, Import]] = {}
     for imp in _all_imports(root) if imports is None else imports:
-        if imp.target.startswith("bridge") and imp.target != imp.importer and _counts(imp):
+        if _ours(imp.target) and imp.target != imp.importer and _counts(imp):
             graph.setdefault(imp.importer, {}).setdefault(imp.target, imp)
     found = []
     for component in _strongly_connected(graph):
@@ -451,6 +456,9 @@ def _who_loads(names: list[str]) -> list[str]:
     return found
 
 
+# An HTTP server or client, a WebSocket client, the MCP SDK: each costs import time.
+_HEAVY = frozenset({"hypercorn", "httpx", "httpcore", "mcp", "h11", "h2", "starlette", "trio_websocket"})
+
 _ACP_PROBE = """
 import json, sys
 import bridge.cli
@@ -462,9 +470,24 @@ print(json.dumps(sorted(sys.modules)))
 def test_acp_command_imports_no_server_http_client_or_mcp() -> None:
     proc = subprocess.run([sys.executable, "-c", _ACP_PROBE], capture_output=True, text=True, timeout=60, check=True)
     loaded = json.loads(proc.stdout)
-    heavy = sorted(m for m in loaded if m.split(".")[0] in {"hypercorn", "httpx", "httpcore", "mcp", "h11", "h2", "starlette"})
+    heavy = sorted(m for m in loaded if m.split(".")[0] in _HEAVY)
     assert heavy == []
     assert "bridge.fronts.acp.front" in loaded  # the probe did import it
+
+
+def test_protocol_package_declarations_load_no_server_client_or_mcp() -> None:
+    # The registry imports every `bridge/backs/<kind>/` and `bridge/fronts/<name>/`
+    # package to read its declaration; the implementation loads when a route uses it.
+    packages = sorted(
+        name
+        for name, path in modules_of().items()
+        if path.name == "__init__.py" and name.count(".") == 2 and name.split(".")[1] in {"backs", "fronts"}
+    )
+    assert "bridge.backs.a2a" in packages and "bridge.fronts.mcp" in packages
+    probe = f"import importlib, json, sys\nfor name in {packages!r}:\n    importlib.import_module(name)\nprint(json.dumps(sorted(sys.modules)))\n"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    heavy = sorted({m.split(".")[0] for m in json.loads(proc.stdout)} & _HEAVY)
+    assert heavy == []
 
 
 # -- the checker itself, on synthetic trees ------------------------------------------
