@@ -117,7 +117,7 @@ class BackUnavailable(BackError):
 
 class BackAuthRequired(BackError):
     """The agent behind the back needs the user to authorize (A2A AUTH_REQUIRED):
-    ACP answers the prompt with auth_required (-32000), protocols.md §6.4."""
+    ACP answers the prompt with auth_required (ACP schema, `ErrorCode`: -32000)."""
 
 
 class PromptError(BackError):
@@ -145,7 +145,7 @@ class InternalError(BridgeError):
 
 class Codes(NamedTuple):
     jsonrpc: int  # ACP and MCP (JSON-RPC 2.0 + their reserved codes)
-    a2a: int  # A2A JSON-RPC binding (§2.6 of protocols.md)
+    a2a: int  # A2A JSON-RPC binding (A2A spec §5.4, Error Code Mappings)
     http: int
     ws_close: int  # RFC 6455 close codes; 4xxx are application-defined
 

@@ -378,7 +378,7 @@ def test_text_of_joins_text_and_embedded_text() -> None:
 
 
 def test_text_of_resource_link_contributes_its_uri() -> None:
-    # protocols.md §6.2: a link with no equivalent travels as its URI in text.
+    # A link has no place in plain text, so it travels as its URI (bridge/core/content.py, `text_of`).
     link = ct.ResourceLink(uri="https://example.com/a", name="a")
     assert ct.text_of([ct.TextContent(text="read "), link]) == "read https://example.com/a"
 

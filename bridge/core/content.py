@@ -1,8 +1,9 @@
 """Content blocks: the ACP / MCP ContentBlock shapes, shared by every protocol.
 
-ACP v1 and MCP 2025-11-25 use the same five block types (protocols.md §1.6, §3.3),
-so the canonical model keeps their wire field names; the ACP codec passes them
-through untouched and the A2A / chat codecs convert to and from them.
+ACP v1 and MCP 2025-11-25 use the same five block types (ACP schema, `ContentBlock`;
+MCP 2025-11-25, `schema.ts` `ContentBlock`), so the canonical model keeps their wire
+field names; the ACP codec passes them through untouched and the A2A / chat codecs
+convert to and from them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   configured order (README, "MCP prompts"): the first provider to offer a name keeps
   it, a later one's prompt of the same name is `PROVIDER:NAME`.
 - `hint_of(spec)`: the ACP `input.hint` of a prompt (`<required> [optional]`,
-  protocols.md §6.7: ACP keeps one unstructured hint, not the argument list).
+  ACP schema, `AvailableCommandInput`: one unstructured hint, not the argument list).
 - `parse_invocation(text)` / `parse_arguments(line, spec, usage)`: `/name rest` and
   its arguments, positional in declared order or `key=value`, with shell-like quotes;
   the last positional argument takes any words left over.
@@ -60,7 +60,7 @@ class PromptArg(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PromptSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A prompt as its provider lists it (MCP `Prompt`, protocols.md §3.3)."""
+    """A prompt as its provider lists it (MCP 2025-11-25, Prompts, `Prompt`)."""
 
     name: str
     description: str | None = None
