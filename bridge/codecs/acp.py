@@ -1,7 +1,8 @@
 """ACP ↔ canonical translation, sans-I/O.
 
 `from_turn(event)` gives the `session/update` an editor should see (or None when ACP
-has no place for the event); `to_turn(update)` reads an ACP agent's update back into
+has no place for the event), `replayed(event)` the same for a stored event that
+`session/load` replays; `to_turn(update)` reads an ACP agent's update back into
 the canonical model. Sub-agent events keep their parent in `_meta` (ACP v1 has no
 sub-agent concept; ACP, Extensibility: `_meta`): `{"agentBridge": {"parentToolCallId": ...}}`.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.core import events as ev
+from bridge.core.content import TextContent
 from bridge.schema import acp
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "modes",
     "elicitation_request",
     "permission_request",
+    "replayed",
     "to_turn",
     "user_chunks",
 ]
@@ -150,6 +153,22 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
 def user_chunks(event: ev.TurnStarted) -> list[acp.UserMessageChunk]:
     """The prompt of a stored turn, replayed on `session/load`."""
     return [acp.UserMessageChunk(content=block, message_id=f"user-{event.turn_id}") for block in event.prompt]
+
+
+def replayed(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | None:
+    """A stored event as `session/load` replays it (ACP schema, `session/load`: the
+    conversation streamed back as `session/update` notifications, user messages too)."""
+    if isinstance(event, ev.TurnStarted):
+        return user_chunks(event)  # type: ignore[return-value]
+    if isinstance(event, ev.TurnEnded) and event.error is not None and event.error.kind == "interrupted":
+        # A turn cut by a stopped daemon (closed at its start, bridge/store/base.py): a
+        # replay has no prompt answer to carry its stop reason (`session/load` replays
+        # only updates), so it ends with a line saying so.
+        return acp.AgentMessageChunk(
+            content=TextContent(text=f"\n\n[interrupted: {event.error.message}]"),
+            message_id=f"interrupted-{event.turn_id}",
+        )
+    return from_turn(event)
 
 
 def permission_request(session_id: str, question: ev.Question) -> acp.RequestPermissionParams:

@@ -4,9 +4,12 @@ One connection = one reader task (frames in, handled in order) + one writer task
 (outbox drained in batches), both from `bridge/transport/ndjson.py`. Requests are
 answered in the order they arrive, except `session/prompt`, which starts its turn at
 once (so a `session/cancel` right behind it finds the turn) and is answered by its own
-task when the turn ends. Requests we send the editor (permission, elicitation, and the
-back's `fs/*` and `terminal/*` through `EditorServices`) are numbered and settled by the
-connection's JSON-RPC peer (`bridge/codecs/jsonrpc_peer.py`).
+task when the turn ends. Requests we send the editor (permission and elicitation through
+`EditorQuestions`, bridge/fronts/acp/questions.py; the back's `fs/*` and `terminal/*`
+through `EditorServices`, bridge/fronts/acp/editor.py) are numbered and settled by the
+connection's JSON-RPC peer (`bridge/codecs/jsonrpc_peer.py`). Each attached session
+feeds its events through an `AttachedSession` (bridge/fronts/acp/subscriber.py) into
+`deliver`, which projects them onto `session/update` notifications.
 
 Protocol reference: agentclientprotocol.com/protocol/v1 (ACP schema, v1).
 """
@@ -14,32 +17,26 @@ Protocol reference: agentclientprotocol.com/protocol/v1 (ACP schema, v1).
 from __future__ import annotations
 
 import base64
-import functools
 import datetime as dt
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
-import msgspec
 import trio
 
 from bridge import __version__
 from bridge.codecs import acp as codec
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, error_response
-from bridge.codecs.jsonrpc_peer import CancelRequested, RequestError, RequestResult
+from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
-from bridge.core.content import TextContent
 from bridge.core.events import (
     CommandsAvailable,
     Event,
-    Question,
     QuestionAnswered,
     QuestionAsked,
     StopReason,
-    TurnEnded,
-    TurnStarted,
 )
 from bridge.errors import (
     AuthRequired,
@@ -53,6 +50,8 @@ from bridge.errors import (
     PeerError,
 )
 from bridge.fronts.acp.editor import EditorServices
+from bridge.fronts.acp.questions import EditorQuestions
+from bridge.fronts.acp.subscriber import AttachedSession
 from bridge.schema import acp
 from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
@@ -74,45 +73,9 @@ async def serve_acp(
     await AcpConnection(receive, send, manager=manager, config=config, route=route).run()
 
 
-class _Attached:
-    """A session this connection is attached to, and the subscriber feeding it."""
-
-    protocol: ClassVar[str] = "acp"
-
-    def __init__(self, conn: AcpConnection, session: Session) -> None:
-        self.conn = conn
-        self.session = session
-        self.holding: list[Event] | None = []  # events that arrive during a replay
-        self._unsubscribe = session.subscribe(self)
-        session.client_services = conn.services  # the editor's files and terminals
-
-    def unsubscribe(self) -> None:
-        self._unsubscribe()
-        if self.session.client_services is self.conn.services:
-            self.session.client_services = None
-
-    def deliver(self, event: Event) -> None:
-        if self.holding is not None:
-            self.holding.append(event)
-        else:
-            self.conn._deliver(self.session, event)
-
-    def release(self, after_seq: int) -> None:
-        held, self.holding = self.holding or [], None
-        for event in held:
-            if event.seq > after_seq:
-                self.conn._deliver(self.session, event)
-        # From now on events go straight to the connection: one call less per event.
-        self.deliver = functools.partial(self.conn._deliver, self.session)  # type: ignore[method-assign]
-
-    def congested(self) -> bool:
-        return self.conn.outbox.congested()
-
-    async def wait_uncongested(self) -> None:
-        await self.conn.outbox.wait_uncongested()
-
-
 class AcpConnection:
+    """One ACP client on a byte stream: its requests served, its sessions' events sent."""
+
     def __init__(
         self,
         receive: trio.abc.ReceiveStream,
@@ -131,13 +94,13 @@ class AcpConnection:
         self.conn = NdjsonConnection(send, max_outbox_items=config.acp.outbox_max_events, log=log)
         self.outbox = self.conn.outbox
         self.peer = self.conn.peer
-        self._asked: dict[str, Any] = {}  # question id → our request id
-        self.attached: dict[str, _Attached] = {}
+        self.attached: dict[str, AttachedSession] = {}
         self.prompts: dict[Any, Session] = {}  # prompt request id → session
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
         self.services = EditorServices(self.conn, config.acp.request_timeout_s)
+        self.questions = EditorQuestions(self.services)
         self._nursery: trio.Nursery | None = None
         self._writer_done = trio.Event()
         self._handlers: dict[str, tuple[type, Callable[[Any, Any], Awaitable[Any]]]] = {
@@ -193,27 +156,18 @@ class AcpConnection:
         finally:
             self._writer_done.set()
 
-    def _reply(self, id: Any, result: Any) -> None:
-        self.peer.respond(id, result)
-
-    def _fail(self, id: Any, exc: BaseException) -> None:
-        self.peer.respond_error(id, exc)
-
-    def _notify(self, method: str, params: Any) -> None:
-        self.peer.notify(method, params)
-
     # -- dispatch ---------------------------------------------------------------------
     async def _handle_frame(self, frame: bytes | Oversized) -> None:
         if isinstance(frame, Oversized):
             limit = self.config.acp.max_frame_bytes
             log.warning("ACP frame of %d bytes over max_frame_bytes %d dropped", frame.size, limit)
-            self._fail(None, FrameTooLarge(f"frame of {frame.size} bytes exceeds max_frame_bytes ({limit})"))
+            self.peer.respond_error(None, FrameTooLarge(f"frame of {frame.size} bytes exceeds max_frame_bytes ({limit})"))
             return
         try:
             msg = self.peer.receive(frame)
         except ProtocolError as exc:
             log.warning("bad ACP frame: %s", exc.error.message)
-            self._fail(exc.id, exc.error)
+            self.peer.respond_error(exc.id, exc.error)
             return
         kind = type(msg)
         if kind is Call:
@@ -251,15 +205,6 @@ class AcpConnection:
                 log.debug("ignored ACP notification %s", note.method)
         except PeerError as exc:
             log.warning("bad ACP notification %s: %s", note.method, exc.message)
-
-    async def _request(self, method: str, params: Any, *, question_id: str) -> RequestResult | RequestError | None:
-        """Ask the editor; None when it does not answer in time or goes away."""
-        pending = self.conn.start_request(method, params)
-        self._asked[question_id] = pending.id
-        try:
-            return await self.conn.wait(pending, timeout_s=self.config.acp.request_timeout_s)
-        finally:
-            self._asked.pop(question_id, None)
 
     # -- handlers ---------------------------------------------------------------------
     async def _initialize(self, call: Call, p: acp.InitializeParams) -> acp.InitializeResult:
@@ -303,18 +248,19 @@ class AcpConnection:
             config_options=codec.config_options(options) or None,
         )
 
-    def _attach(self, session: Session) -> _Attached:
+    def _attach(self, session: Session) -> AttachedSession:
         if session.record.route != self.route_name:
             raise NotFound(f"session {session.id} belongs to route {session.record.route!r}, not {self.route_name!r}")
         att = self.attached.get(session.id)
         if att is None:
-            att = self.attached[session.id] = _Attached(self, session)
+            att = AttachedSession(session, deliver=self.deliver, outbox=self.outbox, services=self.services)
+            self.attached[session.id] = att
         return att
 
     def _announce_commands(self, session: Session) -> None:
         commands = session.commands()  # the back's own and the route's prompts (bridge/prompts)
         if commands:
-            self._deliver(session, CommandsAvailable(commands=commands))
+            self.deliver(session, CommandsAvailable(commands=commands))
 
     async def _new(self, call: Call, p: acp.NewSessionParams) -> Any:
         if not os.path.isabs(p.cwd):
@@ -323,7 +269,7 @@ class AcpConnection:
         session = await self.manager.create(self.route_name, cwd=p.cwd, meta=meta)
         att = self._attach(session)
         att.release(0)
-        self._reply(call.id, self._setup_result(session, acp.NewSessionResult))
+        self.peer.respond(call.id, self._setup_result(session, acp.NewSessionResult))
         self._announce_commands(session)
         return ANSWERED
 
@@ -331,32 +277,25 @@ class AcpConnection:
         session = await self.manager.get(p.session_id)
         att = self._attach(session)
         history = await session.history(0)
+        # The whole conversation goes back as updates before the answer (ACP schema,
+        # `session/load`); what happens meanwhile waits in the subscriber until `release`.
+        put = self.outbox.put
         for event in history:
-            if isinstance(event, TurnStarted):
-                for chunk in codec.user_chunks(event):
-                    self._notify("session/update", acp.SessionNotification(session_id=session.id, update=chunk))
-            elif isinstance(event, TurnEnded) and event.error is not None and event.error.kind == "interrupted":
-                # A turn cut by a stopped daemon (closed at its start, bridge/store/base.py):
-                # a replay has no prompt answer to carry its stop reason (ACP §session/load
-                # replays only updates), so it ends with a line saying so.
-                notice = acp.AgentMessageChunk(
-                    content=TextContent(text=f"\n\n[interrupted: {event.error.message}]"),
-                    message_id=f"interrupted-{event.turn_id}",
-                )
-                self._notify("session/update", acp.SessionNotification(session_id=session.id, update=notice))
-            else:
-                self._deliver(session, event, replay=True)
+            update = codec.replayed(event)
+            if update is not None:
+                for one in update if type(update) is list else (update,):
+                    put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one)))
             if self.outbox.congested():
                 await self.outbox.wait_uncongested()
         att.release(history[-1].seq if history else 0)
-        self._reply(call.id, self._setup_result(session, acp.LoadSessionResult))
+        self.peer.respond(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
         return ANSWERED
 
     async def _resume(self, call: Call, p: acp.LoadSessionParams) -> Any:
         session = await self.manager.get(p.session_id)
         self._attach(session).release(session.last_seq)
-        self._reply(call.id, self._setup_result(session, acp.LoadSessionResult))
+        self.peer.respond(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
         return ANSWERED
 
@@ -439,10 +378,12 @@ class AcpConnection:
         stop = ended.stop_reason
         if stop is StopReason.INPUT_REQUIRED:
             stop = StopReason.END_TURN  # the question was shown as text; the next prompt answers it
-        self._reply(request_id, acp.PromptResult(stop_reason=stop.value))
+        self.peer.respond(request_id, acp.PromptResult(stop_reason=stop.value))
 
     # -- events to the editor -----------------------------------------------------------
-    def _deliver(self, session: Session, event: Event, *, replay: bool = False) -> None:
+    def deliver(self, session: Session, event: Event) -> None:
+        """Project `event` onto the editor's wire (ACP schema, `session/update`); questions
+        become requests of their own (`EditorQuestions`)."""
         update = codec.from_turn(event)
         if update is not None:
             put = self.outbox.put
@@ -452,61 +393,10 @@ class AcpConnection:
             else:
                 put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=update)))
             return
-        if replay:
-            return
         if isinstance(event, QuestionAsked) and self._nursery is not None:
-            self._nursery.start_soon(self._ask, session, event.question)
+            self._nursery.start_soon(self.questions.ask, session, event.question)
         elif isinstance(event, QuestionAnswered):
-            rid = self._asked.pop(event.question_id, None)
-            turn = session.turn
-            if event.cancelled and event.by == "user" and turn is not None and turn.cancel_requested:
-                return  # the editor cancelled the turn: ACP has it answer its own requests
-            if rid is not None:
-                # Answered elsewhere (another client, a timeout, a cancel): withdraw ours.
-                self.conn.withdraw(rid)
-
-    async def _ask(self, session: Session, question: Question) -> None:
-        elicit = self.client_caps.elicitation is not None and self.client_caps.elicitation.form is not None
-        if question.kind == "form" or (question.kind == "choice" and elicit and (question.multi_select or question.allow_text)):
-            if not elicit:
-                self._answer(session, question.id, cancelled=True, by="front")  # nobody can see it here
-                return
-            params: Any = codec.elicitation_request(session.id, _with_schema(question))
-            method, result_type = "elicitation/create", acp.ElicitationResult
-        else:
-            params = codec.permission_request(session.id, question)
-            method, result_type = "session/request_permission", acp.RequestPermissionResult
-        outcome = await self._request(method, params, question_id=question.id)
-        if type(outcome) is not RequestResult or outcome.result is None:
-            if type(outcome) is RequestError:
-                log.warning("editor answered %s with an error: %s", method, outcome.error.message)
-            self._answer(session, question.id, cancelled=True)
-            return
-        try:
-            result = decode_params(outcome.result, result_type)
-        except PeerError as exc:  # InvalidParams, or ParseError for bytes that are not JSON
-            log.warning("editor's answer to %s is invalid: %s", method, exc.message)
-            self._answer(session, question.id, cancelled=True)
-            return
-        if isinstance(result, acp.RequestPermissionResult):
-            if result.outcome.outcome == "selected" and result.outcome.option_id:
-                self._answer(session, question.id, selected=[result.outcome.option_id])
-            else:
-                self._answer(session, question.id, cancelled=True)
-        else:
-            if result.action == "accept":
-                self._answer(session, question.id, **_from_form(question, result.content or {}))
-            else:
-                self._answer(session, question.id, cancelled=True)
-
-    def _answer(self, session: Session, question_id: str, **answer: Any) -> None:
-        try:
-            session.answer(question_id, **answer)
-        except NotFound:
-            pass  # already answered: by a timeout, a cancel or another client
-        except InvalidParams as exc:
-            log.warning("editor's answer does not fit the question: %s", exc.message)
-            session.answer(question_id, cancelled=True)
+            self.questions.answered(session, event)
 
 
 class _TurnFailed(BridgeError):
@@ -516,27 +406,3 @@ class _TurnFailed(BridgeError):
 
 _EOF_FLUSH_S = 2.0  # after the editor closes stdin, how long queued answers may take to go out
 
-
-def _with_schema(question: Question) -> Question:
-    """A choice question as an elicitation form (ACP schema, `elicitation/create`:
-    a JSON Schema object of primitive properties, as MCP 2025-11-25 Elicitation)."""
-    if question.schema is not None:
-        return question
-    choices = [{"const": o.id, "title": o.label} for o in question.options]
-    props: dict[str, Any] = {}
-    if question.multi_select:
-        props["choice"] = {"type": "array", "title": question.header or "Choice", "items": {"anyOf": choices}}
-    else:
-        props["choice"] = {"type": "string", "title": question.header or "Choice", "oneOf": choices}
-    if question.allow_text:
-        props["other"] = {"type": "string", "title": "Other"}
-    return msgspec.structs.replace(question, schema={"type": "object", "properties": props})
-
-
-def _from_form(question: Question, content: dict[str, Any]) -> dict[str, Any]:
-    if question.kind == "form":
-        return {"values": content}
-    choice = content.get("choice")
-    selected = choice if isinstance(choice, list) else ([choice] if isinstance(choice, str) else [])
-    other = content.get("other")
-    return {"selected": [str(s) for s in selected], "text": other if isinstance(other, str) and other else None}

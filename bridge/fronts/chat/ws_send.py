@@ -147,7 +147,7 @@ def close_frame_on_protocol_error(stream: Any) -> None:
 class FrameQueue:
     """A connection's outgoing frames, bounded by the connection (STYLE.md rules 13, 14).
 
-    Not `fronts.outbox.Outbox`: the writer here is started when frames arrive, so no
+    Not `transport.ndjson.Outbox`: the writer here is started when frames arrive, so no
     one parks on an empty queue, and an idle connection keeps only an empty list
     (a deque and two parking lots cost ~2 KiB per connection).
     """

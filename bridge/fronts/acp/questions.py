@@ -1,0 +1,139 @@
+"""A session's questions, asked of the editor on one ACP connection.
+
+A canonical `Question` (bridge/core/events.py) goes to the editor as
+`session/request_permission` (ACP schema, `RequestPermissionRequest`) when it is a plain
+choice, or as `elicitation/create` (ACP schema, `elicitation/create`: a form in the JSON
+Schema subset of MCP 2025-11-25, Elicitation) when it is a form, or a choice with
+several answers or free text and the editor declared form elicitation in `initialize`
+(ACP schema, `ClientCapabilities`). The editor's answer goes back to the session; no
+answer in time, an error, or an answer that does not decode is a cancelled question.
+A question answered elsewhere (another client, a timeout, a cancel) withdraws our
+request (`$/cancel_request`, through the connection's JSON-RPC peer).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from bridge.codecs import acp as codec
+from bridge.codecs.jsonrpc import decode_params
+from bridge.codecs.jsonrpc_peer import RequestError, RequestResult
+from bridge.core.events import Question, QuestionAnswered
+from bridge.errors import InvalidParams, NotFound, PeerError
+from bridge.fronts.acp.editor import EditorServices
+from bridge.schema import acp
+from bridge.session import Session
+
+__all__ = ["EditorQuestions"]
+
+log = logging.getLogger("bridge.fronts.acp.front")
+
+
+class EditorQuestions:
+    """The questions one connection has asked its editor and not yet seen answered.
+
+    It asks through the connection and timeout of the editor's `services`, and reads
+    there the capabilities the editor declared in `initialize`.
+    """
+
+    __slots__ = ("services", "_asked")
+
+    def __init__(self, services: EditorServices) -> None:
+        self.services = services
+        self._asked: dict[str, Any] = {}  # question id → our request id
+
+    async def ask(self, session: Session, question: Question) -> None:
+        """Ask the editor `question` and answer it in `session` (a task per question)."""
+        caps = self.services.caps
+        elicit = caps.elicitation is not None and caps.elicitation.form is not None
+        if question.kind == "form" or (question.kind == "choice" and elicit and (question.multi_select or question.allow_text)):
+            if not elicit:
+                _answer(session, question.id, cancelled=True, by="front")  # nobody can see it here
+                return
+            params: Any = codec.elicitation_request(session.id, _with_schema(question))
+            method, result_type = "elicitation/create", acp.ElicitationResult
+        else:
+            params = codec.permission_request(session.id, question)
+            method, result_type = "session/request_permission", acp.RequestPermissionResult
+        outcome = await self._request(method, params, question_id=question.id)
+        if type(outcome) is not RequestResult or outcome.result is None:
+            if type(outcome) is RequestError:
+                log.warning("editor answered %s with an error: %s", method, outcome.error.message)
+            _answer(session, question.id, cancelled=True)
+            return
+        try:
+            result = decode_params(outcome.result, result_type)
+        except PeerError as exc:  # InvalidParams, or ParseError for bytes that are not JSON
+            log.warning("editor's answer to %s is invalid: %s", method, exc.message)
+            _answer(session, question.id, cancelled=True)
+            return
+        if isinstance(result, acp.RequestPermissionResult):
+            if result.outcome.outcome == "selected" and result.outcome.option_id:
+                _answer(session, question.id, selected=[result.outcome.option_id])
+            else:
+                _answer(session, question.id, cancelled=True)
+        else:
+            if result.action == "accept":
+                _answer(session, question.id, **_from_form(question, result.content or {}))
+            else:
+                _answer(session, question.id, cancelled=True)
+
+    def answered(self, session: Session, event: QuestionAnswered) -> None:
+        """`event` answered a question: withdraw our request for it, if one is out."""
+        rid = self._asked.pop(event.question_id, None)
+        turn = session.turn
+        if event.cancelled and event.by == "user" and turn is not None and turn.cancel_requested:
+            # The editor cancelled the turn, and answers its own pending requests
+            # `cancelled` (ACP, Prompt Turn: Cancellation).
+            return
+        if rid is not None:
+            self.services.conn.withdraw(rid)
+
+    async def _request(self, method: str, params: Any, *, question_id: str) -> RequestResult | RequestError | None:
+        """Ask the editor; None when it does not answer in time or goes away."""
+        conn = self.services.conn
+        pending = conn.start_request(method, params)
+        self._asked[question_id] = pending.id
+        try:
+            return await conn.wait(pending, timeout_s=self.services.timeout_s)
+        finally:
+            self._asked.pop(question_id, None)
+
+
+def _answer(session: Session, question_id: str, **answer: Any) -> None:
+    try:
+        session.answer(question_id, **answer)
+    except NotFound:
+        pass  # already answered: by a timeout, a cancel or another client
+    except InvalidParams as exc:
+        log.warning("editor's answer does not fit the question: %s", exc.message)
+        session.answer(question_id, cancelled=True)
+
+
+def _with_schema(question: Question) -> Question:
+    """A choice question as an elicitation form (ACP schema, `elicitation/create`:
+    a JSON Schema object of primitive properties, as MCP 2025-11-25 Elicitation)."""
+    if question.schema is not None:
+        return question
+    choices = [{"const": o.id, "title": o.label} for o in question.options]
+    props: dict[str, Any] = {}
+    if question.multi_select:
+        props["choice"] = {"type": "array", "title": question.header or "Choice", "items": {"anyOf": choices}}
+    else:
+        props["choice"] = {"type": "string", "title": question.header or "Choice", "oneOf": choices}
+    if question.allow_text:
+        props["other"] = {"type": "string", "title": "Other"}
+    return msgspec.structs.replace(question, schema={"type": "object", "properties": props})
+
+
+def _from_form(question: Question, content: dict[str, Any]) -> dict[str, Any]:
+    """The answer an accepted elicitation form gives `question` (`Session.answer` keywords)."""
+    if question.kind == "form":
+        return {"values": content}
+    choice = content.get("choice")
+    selected = choice if isinstance(choice, list) else ([choice] if isinstance(choice, str) else [])
+    other = content.get("other")
+    return {"selected": [str(s) for s in selected], "text": other if isinstance(other, str) and other else None}
