@@ -14,29 +14,47 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
+import trio
 
-from bridge.codecs import safejson
+from bridge.backs.acp.local import LocalFiles, LocalTerminals
 from bridge.backs.acp.setup import CANCELLED, pick, selected
+from bridge.backs.base import SessionContext, TurnHandle
+from bridge.codecs import safejson
+from bridge.config import AcpBack as AcpBackConfig
 from bridge.core import events as ev
 from bridge.errors import MethodNotFound
 from bridge.schema import acp
 
-if TYPE_CHECKING:
-    from bridge.backs.acp.back import AcpSession
-
-__all__ = ["answer_permission", "client_service"]
+__all__ = ["AgentRequestHost", "answer_permission", "client_service"]
 
 log = logging.getLogger("bridge.backs.acp.back")
+
+
+
+class AgentRequestHost(Protocol):
+    """What answering an agent's request needs of its session (`back.AcpSession` is one)."""
+
+    back: Any  # its AcpBack: `.name` for messages
+    cfg: AcpBackConfig
+    ctx: SessionContext
+    nursery: trio.Nursery
+    session_id: str
+    turn: TurnHandle | None
+    tool_calls: dict[str, str]
+    questions: int
+    files: LocalFiles | None
+    terminals: LocalTerminals | None
+
 
 _READ_KINDS = frozenset(("read", "search", "fetch"))
 _ASK_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
 _dict_decoder = safejson.Decoder(dict[str, Any])
 
 
-async def answer_permission(session: AcpSession, p: acp.RequestPermissionParams) -> acp.RequestPermissionResult:
+async def answer_permission(session: AgentRequestHost, p: acp.RequestPermissionParams) -> acp.RequestPermissionResult:
     tc = p.tool_call
     kind = tc.kind or session.tool_calls.get(tc.tool_call_id) or "other"
     policy = session.cfg.permissions
@@ -79,7 +97,7 @@ async def answer_permission(session: AcpSession, p: acp.RequestPermissionParams)
     chosen = pick(p.options, ("reject_once", "reject_always"))
     return selected(chosen) if chosen is not None else CANCELLED
 
-async def client_service(session: AcpSession, method: str, params: msgspec.Raw | None) -> Any:
+async def client_service(session: AgentRequestHost, method: str, params: msgspec.Raw | None) -> Any:
     services = session.ctx.host.client_services if session.ctx.host is not None else None
     if services is not None:
         offered = {
