@@ -20,7 +20,8 @@ import pytest
 from bridge.backs.a2a.cache import CardCache, freshness
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardError, auth_placement, choose_interface, commands, parse_card
-from bridge.codecs.a2a_wire import A2AError, Binding, Dialect, Interface, InvalidResponse, Wire
+from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
+from bridge.codecs.a2a_dialect import Binding, Dialect, Interface
 from bridge.codecs.sse import EventTooLarge, SSEDecoder, SSEEvent
 from bridge.core.content import AudioContent, EmbeddedResource, ImageContent, ResourceContents, ResourceLink, TextContent
 from bridge.core.events import ArtifactUpdated, MessageChunk, QuestionAnswered, StopReason

@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 import msgspec
 
 from bridge.codecs import safejson
-from bridge.codecs.a2a_wire import Binding, Dialect, Interface
+from bridge.codecs.a2a_dialect import Binding, Dialect, Interface
 from bridge.core.events import CommandInfo
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v

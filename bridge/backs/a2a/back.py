@@ -40,7 +40,7 @@ from bridge.backs.a2a.cache import CardCache
 from bridge.backs.base import AgentInfo, SessionContext
 from bridge.backs.secrets import Secret, read_token
 from bridge.codecs.a2a_card import AuthPlacement, CardError, CardView, auth_placement, choose_interface, commands, parse_card
-from bridge.codecs.a2a_wire import HttpCall, InvalidResponse, Wire
+from bridge.codecs.a2a_client import HttpCall, InvalidResponse, Wire
 from bridge.codecs.sse import EventTooLarge, SSEDecoder
 from bridge.errors import BackError, BackUnavailable
 from bridge.schema import a2a as s

@@ -30,7 +30,7 @@ from bridge.backs.a2a.back import A2ABack, Broken, stream_events
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardView
-from bridge.codecs.a2a_wire import A2AError, InvalidResponse, Wire
+from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
 from bridge.core.content import TextContent, text_of
 from bridge.core.events import Event, MessageChunk, StopReason
 from bridge.errors import BackAuthRequired, BackError, BackUnavailable

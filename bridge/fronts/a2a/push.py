@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
-from bridge.codecs.a2a_lower import lower_task_rpc
+from bridge.codecs.a2a_v03_server import lower_task_v03 as lower_task_rpc
 from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.config import A2AFrontConfig
