@@ -37,7 +37,7 @@ import msgspec
 from bridge.codecs.chat_parts import blocks_of_prompt, headless_result, result_of_check, stored_check
 from bridge.codecs.chat_reader import ChatReader
 from bridge.codecs.chat_tools import OPEN_TOOL, TOOL_STATUS, ToolCalls
-from bridge.codecs.chat_turns import Frame, Run, Turn, encode_frame
+from bridge.codecs.chat_turns import Frame, ProjectedRun, ProjectedTurn, encode_frame
 from bridge.core import events as ev
 from bridge.core.content import ImageContent, TextContent
 from bridge.schema.chat import (
@@ -100,7 +100,7 @@ class ChatProjector(ToolCalls):
         self._turn_frame("turn:start", user)
         self._close_turn(user, "completed", t0)
         root = self._open_turn(f"{e.turn_id}:root", t0=t0)
-        self._run = Run(e.turn_id, root, t0)
+        self._run = ProjectedRun(e.turn_id, root, t0)
         self._turn_frame("turn:start", root)
 
     def _turn_ended(self, e: ev.TurnEnded) -> None:
@@ -185,7 +185,7 @@ class ChatProjector(ToolCalls):
             for b in blocks_of_prompt([c]):
                 self._block(turn, b)
 
-    def _text(self, turn: Turn, kind: str, key_id: str | None, delta: str, *, new: bool) -> None:
+    def _text(self, turn: ProjectedTurn, kind: str, key_id: str | None, delta: str, *, new: bool) -> None:
         key = (kind, key_id)
         blocks = turn.proj.blocks
         if not new and turn.block_key == key and len(blocks[-1].content) + len(delta) <= self._max:
@@ -199,7 +199,7 @@ class ChatProjector(ToolCalls):
             turn, "add_content", AddContent(type=kind, content=block.content, text_delta=delta, index=len(blocks) - 1)
         )
 
-    def _block(self, turn: Turn, block: Block) -> None:
+    def _block(self, turn: ProjectedTurn, block: Block) -> None:
         turn.proj.blocks.append(block)
         turn.block_key = None
         self._patch(

@@ -20,7 +20,7 @@ from bridge.codecs.chat_parts import (
     answer_to_chat,
     ask_arguments,
 )
-from bridge.codecs.chat_turns import Turn, TurnBook
+from bridge.codecs.chat_turns import ProjectedTurn, TurnBook
 from bridge.core import events as ev
 from bridge.core.content import text_of
 from bridge.schema.chat import (
@@ -51,7 +51,7 @@ class ToolCalls(TurnBook):
         return entry[0] if entry else None
 
     # -- tools ----------------------------------------------------------------------------
-    def _add_tool(self, turn: Turn, tool: ToolCallProjection) -> None:
+    def _add_tool(self, turn: ProjectedTurn, tool: ToolCallProjection) -> None:
         self._tools[tool.id] = (turn, tool, self._now())
         turn.proj.tool_calls.append(tool)
         turn.proj.blocks.append(
