@@ -250,8 +250,10 @@ class PushService:
     async def _deliver(self, key: tuple[str, str], hook: _Hook) -> None:
         import httpx  # the serve process has it loaded already (the A2A back, metrics)
 
+        from bridge.transport.http import open_client
+
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.cfg.push_timeout_s, follow_redirects=False, trust_env=False)
+            self._client = open_client(connect_timeout_s=self.cfg.push_timeout_s, timeout_s=self.cfg.push_timeout_s)
         try:
             while hook.queue:
                 body = hook.queue[0]
