@@ -33,6 +33,7 @@ from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardView
 from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
+from bridge.codecs.a2a_tracker import TaskTracker
 from bridge.core.content import TextContent, text_of
 from bridge.core.events import Event, MessageChunk, StopReason
 from bridge.errors import BackAuthRequired, BackError, BackUnavailable
@@ -53,14 +54,14 @@ def _new_id() -> str:
 
 
 class _Interrupted(NamedTuple):
-    tracker: codec.TaskTracker
+    tracker: TaskTracker
     asked: codec.AskedQuestion | None  # None: auth-required
 
 
 class _TaskTurn:
     """One turn in flight, following its A2A task: what `cancel()` needs to reach it."""
 
-    def __init__(self, turn: TurnHandle, tracker: codec.TaskTracker) -> None:
+    def __init__(self, turn: TurnHandle, tracker: TaskTracker) -> None:
         self.turn = turn
         self.tracker = tracker
         self.wire: Wire | None = None  # the calls of the interface this turn talks to
@@ -115,7 +116,7 @@ class A2ASession:
     # -- a turn ---------------------------------------------------------------------------
     async def prompt(self, turn: TurnHandle) -> StopReason:
         intr, self.interrupted = self.interrupted, None
-        tracker = intr.tracker if intr else codec.TaskTracker()
+        tracker = intr.tracker if intr else TaskTracker()
         run = _TaskTurn(turn, tracker)
         self.run = run  # from here on a cancel reaches this turn
         clean, wire = False, None
@@ -134,7 +135,7 @@ class A2ASession:
                     raise
                 # The interrupted task is gone (expired, or finished meanwhile): start afresh.
                 log.info("route %s: task %s cannot continue (%s); starting a new task", self.http.name, tracker.task_id, exc)
-                run.tracker = tracker = codec.TaskTracker()
+                run.tracker = tracker = TaskTracker()
                 run.task_known, run.stale = trio.Event(), None
                 stop = await self._turn(run, view, wire, codec.user_message(turn.prompt, message_id=_new_id(), context_id=self.context_id))
             clean = True
