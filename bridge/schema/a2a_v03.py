@@ -1,6 +1,6 @@
 """A2A 0.3 wire messages: the JSON-RPC shapes (`kind`-tagged) and the HTTP+JSON ones.
 
-Sources: protocols.md §2.4–2.5 (0.3 notes); the 0.3 JSON schema as shipped in
+Sources: A2A `docs/whats-new-v1.md` (what changed from 0.3); the 0.3 JSON schema as shipped in
 a2a-sdk (`a2a/compat/v0_3/types.py`) for JSON-RPC; the 0.3 proto (`a2a_v0_3_pb2`)
 for HTTP+JSON, which serves ProtoJSON of that older proto: `content` instead of
 `parts`, nested `file`/`data` parts, `ROLE_*` and `TASK_STATE_*` names with the
@@ -10,8 +10,10 @@ British `TASK_STATE_CANCELLED`, and paths under `/v1`.
   `"artifact-update"`; parts `"text"`, `"file"`, `"data"`), lowercase kebab states.
 - HTTP+JSON, prefix `Rest`, suffix `V03`.
 
-The codec (`bridge.codecs.a2a`) lifts both into the 1.0 structs of
-`bridge.schema.a2a`, and lowers 1.0 requests into them.
+The codecs lift both into the 1.0 structs of `bridge.schema.a2a` and lower 1.0
+ones into them: `bridge.codecs.a2a_v03_message` (parts and messages),
+`bridge.codecs.a2a_v03_client` (the client side), `bridge.codecs.a2a_v03_server`
+(the server side).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from bridge.schema.a2a import AgentCardSignature, AgentExtension, AgentProvider, TaskState
+from bridge.schema.a2a import TaskState
+from bridge.schema.a2a_card import AgentCardSignature, AgentExtension, AgentProvider
 
 __all__ = [
     "AgentCapabilitiesV03",
