@@ -1,10 +1,10 @@
-"""A2A ↔ canonical translation, sans-I/O (protocols.md §6.1–6.5).
+"""A2A ↔ canonical translation, sans-I/O (a2a.proto ↔ ACP schema).
 
-- Content: `blocks_from_parts` / `parts_from_blocks` follow the §6.2 table (text,
+- Content: `blocks_from_parts` / `parts_from_blocks` map a2a.proto `Part` ↔ ACP `ContentBlock` (text,
   raw, url and data parts ↔ ACP/MCP content blocks).
 - `bridge.codecs.a2a_tracker.TaskTracker` turns what an agent says about one task
   into canonical events, with the helpers here.
-- Questions (§6.3–6.4): an INPUT_REQUIRED status message becomes a canonical
+- Questions (ACP `session/request_permission`; a2a.proto `TASK_STATE_INPUT_REQUIRED`): an INPUT_REQUIRED status message becomes a canonical
   `Question` (`question_for`), and the user's answer becomes the parts of the next
   message on the same task (`answer_parts`), bound to the question through the
   message metadata `{"agentBridge": {"inReplyTo": <status messageId>}}`.
@@ -15,9 +15,9 @@
   part (the labels) and a data part `{"selected": [ids], "text"?}`.
   `{"questions": [{"question", "header"?, "options": [{"label"}], "multiSelect"?}]}`
   (chat AskUserQuestion) → a choice (one question) or a form; answered with
-  `{"selections": {"0": [option index]}, "custom": {"0": text}}` (§4.5).
+  `{"selections": {"0": [option index]}, "custom": {"0": text}}` (Blade `api/chat-flow.md`, AskUserQuestion).
   Plain text → a form with one free-text field; answered with a text part.
-- Stop reasons (§6.5): completed → end_turn, canceled → cancelled, rejected →
+- Stop reasons (a2a.proto `TaskState` ↔ ACP `StopReason`): completed → end_turn, canceled → cancelled, rejected →
   refusal; failed, input-required and auth-required are the back's to handle.
 """
 
@@ -76,7 +76,7 @@ def stop_reason(state: str) -> StopReason | None:
     return _STOPS.get(state)
 
 
-# -- content (§6.2) ------------------------------------------------------------------------
+# -- content (a2a.proto `Part` ↔ ACP `ContentBlock`) -----------------------------------------------
 
 
 def block_from_part(p: s.Part) -> ContentBlock:
@@ -106,7 +106,7 @@ def block_from_part(p: s.Part) -> ContentBlock:
             size=size if isinstance(size, int) else None,
         )
     if p.data is not UNSET:
-        # Structured data has no ACP block: JSON text, marked so a front can tell (§6.2).
+        # Structured data has no ACP block: JSON text, marked so a front can tell (a2a.proto `Part` ↔ ACP `ContentBlock`).
         return TextContent(text=_json.encode(p.data).decode(), meta={META_KEY: {"mediaType": "application/json"}})
     return TextContent(text="")
 
@@ -144,7 +144,7 @@ def user_message(
     in_reply_to: str | None = None,
     extra_parts: list[s.Part] | None = None,
 ) -> s.Message:
-    """A user message; the first of a session carries no contextId (§6.1)."""
+    """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`)."""
     parts = parts_from_blocks(blocks) + (extra_parts or [])
     meta = {META_KEY: {"inReplyTo": in_reply_to}} if in_reply_to else None
     return s.Message(
@@ -166,7 +166,7 @@ def _basename(url: str) -> str:
         return ""
 
 
-# -- questions (§6.3, §6.4) ----------------------------------------------------------------
+# -- questions (a2a.proto `TASK_STATE_INPUT_REQUIRED` ↔ ACP `session/request_permission`) ----------
 
 Shape = Literal["options", "questions", "text"]
 

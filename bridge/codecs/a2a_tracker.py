@@ -81,7 +81,7 @@ class TaskTracker:
         return out
 
     def feed_message(self, msg: s.Message) -> list[Event]:
-        """A bare Message reply: the whole answer; the turn ends (§6.1)."""
+        """A bare Message reply: the whole answer; the turn ends (A2A `docs/topics/life-of-a-task.md`)."""
         if msg.context_id:
             self.context_id = msg.context_id
         if msg.task_id and self.task_id is None:

@@ -1,4 +1,4 @@
-"""Canonical events → the chat event stream (protocols.md §4), sans-I/O.
+"""Canonical events → the chat event stream (Blade `api/chat-flow.md`), sans-I/O.
 
 `ChatProjector` consumes one session's canonical events in order and yields its chat
 frames, each already encoded as `{"event": NAME, "data": {...}}` with the session's
@@ -10,9 +10,9 @@ re-derivation that keeps only the later frames (`skip_through`).
 One canonical turn is one chat run:
 `chat:start → turn:start/turn:end (user) → turn:start (assistant, "root") →
 turn:patch* → turn:end → [system:error] → chat:end`. Sub-agent events (a parent tool
-call id, §4.6) go to a child turn with `parent_fork_tool_call_id`, opened by the first
+call id, Blade `api/chat-flow.md`, forks) go to a child turn with `parent_fork_tool_call_id`, opened by the first
 such event and ended when the parent tool call finishes. A question becomes an
-`AskUserQuestion` tool call `awaiting_answer` and the turn `paused` (§4.5); the run
+`AskUserQuestion` tool call `awaiting_answer` and the turn `paused` (Blade `api/chat-flow.md`, AskUserQuestion); the run
 stays open (no `chat:end`) until the canonical turn ends, so an `askuser_answer` can
 arrive at any time. `add_tool_call` and `tool_result` also append a `tool_use` /
 `tool_result` (`ask_user_answer`) block to the turn, so `add_content.index` counts them.

@@ -1,4 +1,5 @@
-"""Tool calls and questions in the chat stream (protocols.md §4.3–§4.5, §6.3–§6.4), sans-I/O.
+"""Tool calls and questions in the chat stream (Blade `api/chat-flow.md`, `api/types.md`; ACP `ToolKind`,
+`session/request_permission`), sans-I/O.
 
 Part of `ChatProjector` (codecs/chat.py). A tool call is `add_tool_call` (again, with
 the same id, when its title or input change), `set_tool_status` while it runs and
@@ -36,8 +37,8 @@ __all__ = ["OPEN_TOOL", "TOOL_STATUS", "ToolCalls"]
 
 _enc = msgspec.json.Encoder()
 
-# Canonical tool status → chat (§4.4). The chat enum has no "in progress"; "running"
-# is ours (a chat reader maps Blade's `set_tool_status pending` to in_progress, §6.3).
+# Canonical tool status → chat (Blade `api/types.md`). The chat enum has no "in progress"; "running"
+# is ours (a chat reader maps Blade's `set_tool_status pending` to in_progress, ACP `ToolKind`, `ToolCallStatus`).
 TOOL_STATUS = {"pending": "pending", "in_progress": "running", "completed": "done", "failed": "error"}
 OPEN_TOOL = {"pending", "running", "awaiting_answer"}
 

@@ -3,7 +3,7 @@
 `TurnBook` is the base of `ChatProjector` (codecs/chat.py, where the stream's shape is
 described): it numbers every frame of a session (gapless, from 1), encodes the ones
 past `skip_through`, and opens and closes the turn projections of the current run:
-the user turn, the root assistant turn and a child turn per fork (§4.6). Sans-I/O.
+the user turn, the root assistant turn and a child turn per fork (Blade `api/chat-flow.md`, forks). Sans-I/O.
 """
 
 from __future__ import annotations
