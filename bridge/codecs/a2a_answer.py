@@ -1,4 +1,7 @@
-"""The A2A client's message on a task, sans-I/O: a prompt, or the answer to the task's question (a2a.proto `Part`, `TASK_STATE_INPUT_REQUIRED`)."""
+"""The A2A client's message on a task, sans-I/O: a prompt, or the answer to the task's question.
+
+(a2a.proto `Part`; an answer continues a `TASK_STATE_INPUT_REQUIRED` task.)
+"""
 
 from __future__ import annotations
 

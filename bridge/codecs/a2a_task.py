@@ -77,7 +77,8 @@ def iso_time(ts: float) -> str:
 
 
 def final_state(stop: StopReason | str, error_kind: str | None = None) -> tuple[str, str | None]:
-    """(A2A state, the stop reason to note in metadata) for how a turn ended (a2a.proto `TaskState` ↔ ACP `StopReason`)."""
+    """(A2A state, the stop reason to note in metadata) for how a turn ended
+    (ACP schema `StopReason` → a2a.proto `TaskState`)."""
     stop = StopReason(stop)
     if stop is StopReason.END_TURN:
         return _S.COMPLETED, None

@@ -151,7 +151,9 @@ def lower_push_config_v03(c: s.TaskPushNotificationConfig) -> v.TaskPushNotifica
 
 def _status_rest(st: s.TaskStatus) -> v.RestTaskStatusV03:
     return v.RestTaskStatusV03(
-        state="TASK_STATE_CANCELLED" if st.state == s.TaskState.CANCELED else st.state, message=lower_rest_message_v03(st.message) if st.message else None, timestamp=st.timestamp
+        state="TASK_STATE_CANCELLED" if st.state == s.TaskState.CANCELED else st.state,
+        message=lower_rest_message_v03(st.message) if st.message else None,
+        timestamp=st.timestamp,
     )
 
 

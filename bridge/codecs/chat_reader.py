@@ -174,7 +174,9 @@ class ChatReader:
         self._seen(d.sequence)
         self.result = d.result
         if self.ended or (d.status == "completed" and self._asks):
-            return []  # already failed, or paused on a question: the turn stays open (Blade AskUserQuestion ↔ ACP `session/request_permission`)
+            # Already failed, or paused on a question: the turn stays open
+            # (Blade AskUserQuestion ↔ ACP `session/request_permission`).
+            return []
         self.ended = True
         error = None
         if d.status == "interrupted":
