@@ -20,7 +20,9 @@ import pytest
 from bridge.backs.a2a.cache import CardCache, freshness
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardError, auth_placement, choose_interface, commands, parse_card
-from bridge.codecs.a2a_wire import A2AError, Binding, Dialect, Interface, InvalidResponse, Wire
+from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
+from bridge.codecs.a2a_dialect import Binding, Dialect, Interface
+from bridge.codecs.a2a_tracker import TaskTracker
 from bridge.codecs.sse import EventTooLarge, SSEDecoder, SSEEvent
 from bridge.core.content import AudioContent, EmbeddedResource, ImageContent, ResourceContents, ResourceLink, TextContent
 from bridge.core.events import ArtifactUpdated, MessageChunk, QuestionAnswered, StopReason
@@ -46,8 +48,8 @@ def wire(dialect: str, binding: str, url: str = "https://agent.example.com/a2a")
     return Wire(Interface(url, Dialect(dialect), Binding.JSONRPC if binding == "jsonrpc" else Binding.HTTP_JSON))
 
 
-def run_stream(w: Wire, name: str) -> tuple[codec.TaskTracker, list[Any]]:
-    t = codec.TaskTracker()
+def run_stream(w: Wire, name: str) -> tuple[TaskTracker, list[Any]]:
+    t = TaskTracker()
     out: list[Any] = []
     for data in sse_data(name):
         out += t.feed(w.decode_event(data))
@@ -285,7 +287,7 @@ def test_invalid_replies_say_what_is_wrong() -> None:
 def test_a_bare_message_reply_ends_the_turn() -> None:
     body = b'{"jsonrpc":"2.0","id":1,"result":{"message":{"messageId":"r1","role":"ROLE_AGENT","contextId":"c9","parts":[{"text":"hi"}]}}}'
     msg = wire("1.0", "jsonrpc").decode_send(body)
-    t = codec.TaskTracker()
+    t = TaskTracker()
     assert texts(t.feed_message(msg)) == ["hi"]  # type: ignore[arg-type]
     assert t.finished() and t.context_id == "c9" and t.task_id is None
 
@@ -313,7 +315,7 @@ def _msg(mid: str, text: str, role: str = s.ROLE_AGENT) -> s.Message:
 
 
 def test_snapshot_after_a_break_adds_only_what_was_missed() -> None:
-    t = codec.TaskTracker()
+    t = TaskTracker()
     got: list[Any] = []
     got += t.feed(_art("a", "c0 "))
     got += t.feed(_art("a", "c1 ", append=True))
@@ -328,13 +330,13 @@ def test_snapshot_after_a_break_adds_only_what_was_missed() -> None:
 
 
 def test_text_resent_whole_yields_only_its_tail() -> None:
-    t = codec.TaskTracker()
+    t = TaskTracker()
     out = t.feed(_art("a", "Hel")) + t.feed(_art("a", "Hello")) + t.feed(_art("a", "Hello, world"))
     assert texts(out) == ["Hel", "lo", ", world"]
 
 
 def test_quiet_states_keep_their_message_out_of_the_chat() -> None:
-    t = codec.TaskTracker()
+    t = TaskTracker()
     for state in (s.TaskState.FAILED, s.TaskState.INPUT_REQUIRED, s.TaskState.AUTH_REQUIRED):
         ev = s.StreamResponse(status_update=s.TaskStatusUpdateEvent(task_id="t", status=s.TaskStatus(state=state, message=_msg(state, "q"))))
         assert t.feed(ev) == []

@@ -26,11 +26,14 @@ from google.protobuf.json_format import ParseDict
 from bridge.codecs import a2a as back_codec
 from bridge.codecs import a2a_server as wire
 from bridge.codecs.a2a_card import CardSpec, parse_card, publish_card, skills_for
-from bridge.codecs.a2a_lower import lower_event_rest, lower_event_rpc, lower_task_rpc
-from bridge.codecs.a2a_rest import decode_rest, rest_request
+from bridge.codecs.a2a_server_rest import decode_rest, rest_request
 from bridge.codecs.a2a_answer import answer_for
 from bridge.codecs.a2a_task import TaskProjector, final_state
-from bridge.codecs.a2a_wire import Binding, Dialect, lift_event_v03, lift_task_v03
+from bridge.codecs.a2a_dialect import Binding, Dialect
+from bridge.codecs.a2a_v03_client import lift_event_v03, lift_task_v03
+from bridge.codecs.a2a_v03_server import lower_event_rest_v03 as lower_event_rest
+from bridge.codecs.a2a_v03_server import lower_event_v03 as lower_event_rpc
+from bridge.codecs.a2a_v03_server import lower_task_v03 as lower_task_rpc
 from bridge.core.content import ImageContent, TextContent
 from bridge.core.events import (
     ArtifactUpdated,
@@ -355,7 +358,8 @@ def test_error_bodies_match_their_goldens() -> None:
     check_golden("error_v10_rest.json", json.dumps(json.loads(rest), indent=1, sort_keys=True) + "\n")
     check_golden("error_v03_rest.json", json.dumps(json.loads(rest03), indent=1, sort_keys=True) + "\n")
     # The A2A back reads them as the errors they are.
-    from bridge.codecs.a2a_wire import Interface, Wire
+    from bridge.codecs.a2a_client import Wire
+    from bridge.codecs.a2a_dialect import Interface
 
     w = Wire(Interface("http://x/", Dialect.V1_0, Binding.HTTP_JSON))
     err = w.decode_http_error(404, rest)
@@ -370,8 +374,10 @@ def test_stream_frames() -> None:
     rest = wire.EventEncoder(Dialect.V0_3, Binding.HTTP_JSON, b"null")
     assert rest.frame(rest.payload(out[0])).startswith(b'data: {"statusUpdate":')
     assert wire.EventEncoder(Dialect.V1_0, Binding.HTTP_JSON, b"null").key == enc.key  # 1.0 payloads are shared
-    err = wire.sse_error(enc, wire.A2AFault("Internal", "boom"))
-    assert err.startswith(b"event: error\ndata: ") and b'"id":"s1"' in err
+    # A stream that cannot go on is answered with the binding's error body, under the stream's id.
+    fault = wire.A2AFault("Internal", "boom")
+    err = json.loads(wire.rpc_error(msgspec.json.decode(enc.rid), fault))
+    assert err["id"] == "s1" and err["error"]["code"] == fault.code
     assert lift_event_v03(msgspec.json.decode(_enc.encode(lower_event_rpc(out[0])), type=v.StreamResultV03)) == out[0]
 
 

@@ -166,7 +166,7 @@ async def test_wrong_token_on_the_socket_is_a_clear_error(monkeypatch: pytest.Mo
         f"route platform: the chat server at ws://127.0.0.1:{port}/socket.io/ refused the Socket.IO connection: "
         "invalid token (check the token in $PLATFORM_TOKEN)"
     )
-    assert seen[0] == '40{"token":"%s"}' % TOKEN  # the token went in CONNECT's auth (§4.1)
+    assert seen[0] == '40{"token":"%s"}' % TOKEN  # the token went in CONNECT's auth (Blade `api/websocket.md`)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
-"""The chat event stream codec, synchronous (no event loop): protocols.md §4 and §6.
+"""The chat event stream codec, synchronous (no event loop): Blade `api/chat-flow.md` ↔ canonical.
 
 Golden fixtures in `tests/golden/chat/`:
 - `forward/*.json`: canonical `events` (their msgspec JSON) and the exact chat `frames`
   the projector must derive from them (with the headless `run_options` and
   `block_max_chars` the case needs);
-- `reverse/*.json`: chat `frames` from a chat server (Blade-shaped, §4.3–§4.6) and the
+- `reverse/*.json`: chat `frames` from a chat server (Blade-shaped, `api/chat-flow.md`, `api/types.md`) and the
   canonical `events` a chat back must read from them.
 `UPDATE_GOLDEN=1 pytest tests/test_chat_codec.py` rewrites the expected halves from
 the inputs; review the diff before keeping it.

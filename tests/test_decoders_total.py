@@ -23,7 +23,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bridge.codecs import a2a_card, a2a_rest, a2a_server, a2a_wire, jsonrpc, safejson, socketio, sse
+from bridge.codecs import a2a_card, a2a_server, jsonrpc, safejson, socketio, sse
+from bridge.codecs import a2a_client as a2a_wire  # Dialect, Binding, Interface come with it
+from bridge.codecs import a2a_server_rest as a2a_rest
 from bridge.codecs.a2a_answer import answer_for
 from bridge.codecs.acp import to_turn
 from bridge.codecs.chat_client import ChatFollower, subscribed_sequence

@@ -156,7 +156,7 @@ async def test_every_dialect_binding_and_mode(drive: Any, tmp_path: Path, dialec
             r = await drive(config, SCRIPT, elicitation=True)
             calls = await agent.calls()
 
-    # The card names the agent and its skills (protocols.md §2.5, §6.7).
+    # The card names the agent and its skills (A2A spec §8, `AgentSkill`).
     assert r["initialize"]["agentInfo"]["title"] == "Research Agent"
     assert [c["name"] for c in r["commands"]] == ["summarize", "web-search"]
     assert r["commands"][0]["input"]["hint"] == "e.g. summarize README.md"
@@ -217,7 +217,7 @@ async def test_every_dialect_binding_and_mode(drive: Any, tmp_path: Path, dialec
         assert any("GetTask" in op or "tasks/get" in op or (op.startswith("GET ") and "/tasks/" in op) for op in ops), ops
     for c in calls:
         assert c["headers"].get("a2a-version") == ("1.0" if dialect == "1.0" else None), c
-    # §6.1: the first message carries no contextId; every later one carries the same.
+    # A2A `docs/topics/life-of-a-task.md`: the first message carries no contextId; every later one carries the same.
     messages = sends(calls)
     assert "contextId" not in messages[0]
     context_ids = {m.get("contextId") for m in messages[1:]}
@@ -247,7 +247,7 @@ async def test_question_as_text_when_the_editor_has_no_forms(drive: Any, tmp_pat
             r = await drive(back_toml(url=agent.url), steps, elicitation=False)
             calls = await agent.calls()
     # No elicitation support: the question is written in the chat and the turn ends;
-    # the user's next prompt answers it, on the same task (§6.4 last resort).
+    # the user's next prompt answers it, on the same task (the last resort of `bridge.codecs.a2a.question_text`).
     assert stop(r, "ask") == "end_turn"
     assert "What is your name?" in "".join(texts(r, "ask"))
     assert stop(r, "answer") == "end_turn"
@@ -271,7 +271,7 @@ async def test_cancel_answers_cancelled_even_when_the_task_is_not_cancelable(dri
             steps = [{"name": "stuck", "prompt": "nocancel:40", "cancel_after_chunks": 3}, {"name": "after", "prompt": "hello"}]
             r = await drive(back_toml(url=agent.url, dialect=dialect), steps)
             calls = await agent.calls()
-    assert stop(r, "stuck") == "cancelled"  # never an error (§6.6)
+    assert stop(r, "stuck") == "cancelled"  # never an error (A2A spec §3, CancelTask)
     assert step(r, "stuck")["cancel_to_answer_s"] < 3
     assert ("CancelTask" if dialect == "1.0" else "tasks/cancel") in [op_of(c) for c in calls]
     assert "did not cancel task" in r["bridge_log"] and "-32002" in r["bridge_log"]
@@ -284,7 +284,7 @@ async def test_auth_required_is_an_acp_auth_error_and_the_next_prompt_continues(
             r = await drive(back_toml(url=agent.url), [{"name": "auth", "prompt": "auth:"}, {"name": "go", "prompt": "signed in"}])
             calls = await agent.calls()
     e = error(r, "auth")
-    assert e["code"] == -32000  # ACP auth_required (protocols.md §6.4)
+    assert e["code"] == -32000  # ACP auth_required (ACP schema `ErrorCode`)
     assert "route research" in e["message"] and "https://auth.example.com/login" in e["message"]
     assert stop(r, "go") == "end_turn"
     assert texts(r, "go", "answer") == ["Signed in; continuing with: signed in"]

@@ -213,7 +213,7 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
     (usage,) = updates(r, "hello", "usage_update")
     assert usage["used"] == 46 and usage["size"] == 200000
 
-    # Tool calls, their kinds from the tool names (§6.3), pending → in_progress → done.
+    # Tool calls, their kinds from the tool names (ACP `ToolKind`, `ToolCallStatus`), pending → in_progress → done.
     assert stop(r, "tools") == "end_turn"
     calls = tools(r, "tools")
     kinds = {c["title"]: c["kind"] for c in calls.values()}
@@ -227,7 +227,7 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
     assert calls["tc_1_Read"]["content"] == [{"type": "content", "content": {"type": "text", "text": "# hello"}}]
     assert calls["tc_4_Glob"]["rawOutput"] == ["a.py", "b.py"]
 
-    # A fork: the child turn's events carry the Agent tool call as their parent (§6.8).
+    # A fork: the child turn's events carry the Agent tool call as their parent (Blade `api/chat-flow.md`, forks).
     assert stop(r, "fork") == "end_turn"
     assert text(r, "fork", parent="tc_fork_001") == "Child looking. "
     assert text(r, "fork") == "Fork done. "
@@ -244,7 +244,7 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
     sends = [e["data"] for e in log if e.get("event") == "chat:send"]
     answer = next(s for s in sends if "askuser_answer" in s)
     assert answer["askuser_answer"] == {"tool_call_id": "tc_ask_4", "selections": {"0": [1]}}
-    assert "mode" not in answer  # not forced when answering (§4.5)
+    assert "mode" not in answer  # not forced when answering (Blade `api/chat-flow.md`, AskUserQuestion)
 
     # Stop mid-stream: chat:stop, chat:end interrupted, the prompt answers cancelled.
     assert stop(r, "stop") == "cancelled"
@@ -261,7 +261,7 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
     # went in CONNECT's auth and the REST Authorization header.
     creates = [e for e in log if e.get("path") == "/api/sessions"]
     assert len(creates) == 1 and creates[0]["body"] == {"intent": "hello world", "model": "fast"} and creates[0]["auth"]
-    # Route options pass through by category (§4.2): model and mode on every prompt.
+    # Route options pass through by category (Blade `api/chat-flow.md`, `chat:send`): model and mode on every prompt.
     prompts = [s for s in sends if "askuser_answer" not in s]
     assert len(prompts) == len(steps) and all(p["model"] == "fast" and p["mode"] == "executing" for p in prompts)
     connects = [e for e in log if e["kind"] == "connect"]
@@ -290,7 +290,7 @@ async def test_socketio_form_questions_and_decline(drive: Any, tmp_path: Path) -
     assert stop(r, "many") == "end_turn"
     answered = json.loads(text(r, "many").removeprefix("Answers: "))
     assert answered == {"custom": {"1": "keep it small"}, "selections": {"0": [1]}, "tool_call_id": "tc_ask_3"}
-    # Declined: chat:stop, and the turn ends cancelled (§6.4).
+    # Declined: chat:stop, and the turn ends cancelled (Blade AskUserQuestion ↔ ACP `session/request_permission`).
     assert stop(r, "declined") == "cancelled"
     assert [e["event"] for e in log if e.get("event") in ("chat:stop",)] == ["chat:stop"]
     assert stop(r, "after") == "end_turn"
@@ -298,7 +298,7 @@ async def test_socketio_form_questions_and_decline(drive: Any, tmp_path: Path) -
 
 async def test_socketio_question_without_a_front_to_show_it_is_answered_by_the_next_prompt(drive: Any, tmp_path: Path) -> None:
     # Two questions make a form; an editor without forms cannot show it: the question is
-    # written into the chat and the next prompt answers it (§6.4, last resort).
+    # written into the chat and the next prompt answers it (Blade AskUserQuestion ↔ ACP `session/request_permission`, last resort).
     with trio.fail_after(90):
         async with sio_server(tmp_path) as server:
             config = route_toml(url=server.url, dialect="socketio")
@@ -498,7 +498,7 @@ async def test_a2a_front_reaches_a_socketio_agent(bridge_exe: list[str], clean_e
             sends = await server.events("chat:send")
     assert task_id
     assert "You said: a2a" in _texts(hello)
-    # A data part stays structured: its own message item, the JSON as its text (§6.2).
+    # A data part stays structured: its own message item, the JSON as its text (ACP `ContentBlock` ↔ Blade `chat:send` message items).
     assert sends[0]["message"] == [{"type": "text", "text": "hello a2a"}, {"type": "text", "text": '{"k":1}'}]
     assert _state(hello) == "TASK_STATE_COMPLETED"
     assert asked, ask

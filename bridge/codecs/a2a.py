@@ -1,13 +1,10 @@
-"""A2A ↔ canonical translation, sans-I/O (protocols.md §6.1–6.5).
+"""A2A ↔ canonical translation, sans-I/O (a2a.proto ↔ ACP schema).
 
-- Content: `blocks_from_parts` / `parts_from_blocks` follow the §6.2 table (text,
+- Content: `blocks_from_parts` / `parts_from_blocks` map a2a.proto `Part` ↔ ACP `ContentBlock` (text,
   raw, url and data parts ↔ ACP/MCP content blocks).
-- `TaskTracker` turns what an agent says about one task (stream events, Task
-  snapshots from `GetTask` or a re-subscription, a bare Message) into canonical
-  events, each piece of content exactly once: it remembers which message ids and
-  which artifact parts already went out, so a snapshot taken after a broken stream
-  adds only what was missed (§6.1 "resume").
-- Questions (§6.3–6.4): an INPUT_REQUIRED status message becomes a canonical
+- `bridge.codecs.a2a_tracker.TaskTracker` turns what an agent says about one task
+  into canonical events, with the helpers here.
+- Questions (ACP `session/request_permission`; a2a.proto `TASK_STATE_INPUT_REQUIRED`): an INPUT_REQUIRED status message becomes a canonical
   `Question` (`question_for`), and the user's answer becomes the parts of the next
   message on the same task (`answer_parts`), bound to the question through the
   message metadata `{"agentBridge": {"inReplyTo": <status messageId>}}`.
@@ -18,9 +15,9 @@
   part (the labels) and a data part `{"selected": [ids], "text"?}`.
   `{"questions": [{"question", "header"?, "options": [{"label"}], "multiSelect"?}]}`
   (chat AskUserQuestion) → a choice (one question) or a form; answered with
-  `{"selections": {"0": [option index]}, "custom": {"0": text}}` (§4.5).
+  `{"selections": {"0": [option index]}, "custom": {"0": text}}` (Blade `api/chat-flow.md`, AskUserQuestion).
   Plain text → a form with one free-text field; answered with a text part.
-- Stop reasons (§6.5): completed → end_turn, canceled → cancelled, rejected →
+- Stop reasons (a2a.proto `TaskState` ↔ ACP `StopReason`): completed → end_turn, canceled → cancelled, rejected →
   refusal; failed, input-required and auth-required are the back's to handle.
 """
 
@@ -44,13 +41,13 @@ from bridge.core.content import (
     ResourceLink,
     TextContent,
 )
-from bridge.core.events import ArtifactUpdated, Event, MessageChunk, Question, QuestionAnswered, QuestionOption, StopReason
+from bridge.core.events import Question, QuestionAnswered, QuestionOption, StopReason
 from bridge.schema import a2a as s
 
 __all__ = [
     "AskedQuestion",
     "META_KEY",
-    "TaskTracker",
+    "QUIET_STATES",
     "answer_from_text",
     "answer_parts",
     "auth_url",
@@ -72,14 +69,14 @@ _STOPS = {
     s.TaskState.REJECTED: StopReason.REFUSAL,
 }
 # States whose status message is not chat: it is a question or an error, shown otherwise.
-_QUIET = frozenset({s.TaskState.INPUT_REQUIRED, s.TaskState.AUTH_REQUIRED, s.TaskState.FAILED})
+QUIET_STATES = frozenset({s.TaskState.INPUT_REQUIRED, s.TaskState.AUTH_REQUIRED, s.TaskState.FAILED})
 
 
 def stop_reason(state: str) -> StopReason | None:
     return _STOPS.get(state)
 
 
-# -- content (§6.2) ------------------------------------------------------------------------
+# -- content (a2a.proto `Part` ↔ ACP `ContentBlock`) -----------------------------------------------
 
 
 def block_from_part(p: s.Part) -> ContentBlock:
@@ -109,7 +106,7 @@ def block_from_part(p: s.Part) -> ContentBlock:
             size=size if isinstance(size, int) else None,
         )
     if p.data is not UNSET:
-        # Structured data has no ACP block: JSON text, marked so a front can tell (§6.2).
+        # Structured data has no ACP block: JSON text, marked so a front can tell (a2a.proto `Part` ↔ ACP `ContentBlock`).
         return TextContent(text=_json.encode(p.data).decode(), meta={META_KEY: {"mediaType": "application/json"}})
     return TextContent(text="")
 
@@ -147,7 +144,7 @@ def user_message(
     in_reply_to: str | None = None,
     extra_parts: list[s.Part] | None = None,
 ) -> s.Message:
-    """A user message; the first of a session carries no contextId (§6.1)."""
+    """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`)."""
     parts = parts_from_blocks(blocks) + (extra_parts or [])
     meta = {META_KEY: {"inReplyTo": in_reply_to}} if in_reply_to else None
     return s.Message(
@@ -161,9 +158,6 @@ def message_text(msg: s.Message | None) -> str:
     return "".join(p.text for p in msg.parts if p.text is not None).strip()
 
 
-# -- the task tracker ------------------------------------------------------------------------
-
-
 def _basename(url: str) -> str:
     """The last path segment of a peer's URL; "" for one urlparse refuses ("http://[::1")."""
     try:
@@ -172,133 +166,7 @@ def _basename(url: str) -> str:
         return ""
 
 
-def _fingerprint(p: s.Part) -> str | None:
-    return p.text if p.text is not None else None
-
-
-class TaskTracker:
-    """One task as the session has seen it; feed it everything, emit what it returns."""
-
-    def __init__(self) -> None:
-        self.task_id: str | None = None
-        self.context_id: str | None = None
-        self.state: str | None = None
-        self.status: s.TaskStatus | None = None
-        self.reply: s.Message | None = None  # a bare Message answered instead of a task
-        self._artifacts: dict[str, list[str | None]] = {}  # artifact id → fingerprint per emitted part
-        self._messages: set[str] = set()
-
-    def seen(self, message_id: str) -> None:
-        if message_id:
-            self._messages.add(message_id)
-
-    def finished(self, *, stale: str | None = None) -> bool:
-        """Terminal, interrupted (unless by the question `stale` we just answered), or replied."""
-        if self.reply is not None:
-            return True
-        if self.state in s.TERMINAL_STATES:
-            return True
-        if self.state in s.INTERRUPTED_STATES:
-            msg = self.status.message if self.status else None
-            return stale is None or msg is None or msg.message_id != stale
-        return False
-
-    def feed(self, event: s.StreamResponse) -> list[Event]:
-        if event.artifact_update is not None:
-            u = event.artifact_update
-            self._ids(u.task_id, u.context_id)
-            return self._artifact(u.artifact, append=u.append, last=u.last_chunk)
-        if event.status_update is not None:
-            u2 = event.status_update
-            self._ids(u2.task_id, u2.context_id)
-            return self._status(u2.status)
-        if event.task is not None:
-            return self.feed_task(event.task)
-        if event.message is not None:
-            return self.feed_message(event.message)
-        return []
-
-    def feed_task(self, task: s.Task) -> list[Event]:
-        """A snapshot: only what was not emitted yet comes out."""
-        self._ids(task.id, task.context_id)
-        out: list[Event] = []
-        for m in task.history or ():
-            if m.role == s.ROLE_AGENT and m.message_id and m.message_id not in self._messages:
-                if self.status is None or self.status.message is None or m.message_id != self.status.message.message_id:
-                    out += self._message(m)
-        for a in task.artifacts or ():
-            out += self._artifact(a, append=False, last=False)
-        out += self._status(task.status, snapshot=True)
-        return out
-
-    def feed_message(self, msg: s.Message) -> list[Event]:
-        """A bare Message reply: the whole answer; the turn ends (§6.1)."""
-        if msg.context_id:
-            self.context_id = msg.context_id
-        if msg.task_id and self.task_id is None:
-            self.task_id = msg.task_id
-        self.reply = msg
-        return self._message(msg)
-
-    # -- internals -----------------------------------------------------------------------
-    def _ids(self, task_id: str, context_id: str) -> None:
-        if task_id:
-            self.task_id = task_id
-        if context_id:
-            self.context_id = context_id
-
-    def _status(self, status: s.TaskStatus, *, snapshot: bool = False) -> list[Event]:
-        self.state = status.state
-        self.status = status
-        msg = status.message
-        if msg is None:
-            return []
-        if status.state in _QUIET:
-            self.seen(msg.message_id)  # shown as a question or an error, never again as chat
-            return []
-        if snapshot and not msg.message_id:
-            return []  # cannot tell whether it was shown already
-        return self._message(msg)
-
-    def _message(self, msg: s.Message) -> list[Event]:
-        if msg.message_id:
-            if msg.message_id in self._messages:
-                return []
-            self._messages.add(msg.message_id)
-        mid = msg.message_id or None
-        return [MessageChunk(content=block_from_part(p), message_id=mid) for p in msg.parts]
-
-    def _artifact(self, art: s.Artifact, *, append: bool, last: bool) -> list[Event]:
-        aid = art.artifact_id
-        emitted = self._artifacts.get(aid)
-        known = emitted is not None
-        if emitted is None:
-            emitted = self._artifacts[aid] = []
-        out: list[ArtifactUpdated] = []
-        if append and known:
-            for p in art.parts:
-                emitted.append(_fingerprint(p))
-                out.append(ArtifactUpdated(artifact_id=aid, parts=[block_from_part(p)], name=art.name, append=True))
-        else:
-            # The whole artifact (a first chunk, a replacement or a snapshot): emit what is
-            # new. A text part that grew (agents that resend the text so far) yields its tail.
-            for i, p in enumerate(art.parts):
-                if i < len(emitted):
-                    old = emitted[i]
-                    if p.text is not None and old is not None and len(p.text) > len(old) and p.text.startswith(old):
-                        emitted[i] = p.text
-                        block: ContentBlock = TextContent(text=p.text[len(old) :])
-                        out.append(ArtifactUpdated(artifact_id=aid, parts=[block], name=art.name, append=True))
-                    continue
-                emitted.append(_fingerprint(p))
-                first = not known and not out
-                out.append(ArtifactUpdated(artifact_id=aid, parts=[block_from_part(p)], name=art.name, append=not first))
-        if last and out:
-            out[-1].last = True
-        return list(out)
-
-
-# -- questions (§6.3, §6.4) ----------------------------------------------------------------
+# -- questions (a2a.proto `TASK_STATE_INPUT_REQUIRED` ↔ ACP `session/request_permission`) ----------
 
 Shape = Literal["options", "questions", "text"]
 

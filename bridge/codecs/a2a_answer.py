@@ -1,4 +1,7 @@
-"""The A2A client's message on a task, sans-I/O: a prompt, or the answer to the task's question (§6.2, §6.4)."""
+"""The A2A client's message on a task, sans-I/O: a prompt, or the answer to the task's question.
+
+(a2a.proto `Part`; an answer continues a `TASK_STATE_INPUT_REQUIRED` task.)
+"""
 
 from __future__ import annotations
 
@@ -91,5 +94,5 @@ def _listing(question: Question) -> str:
 
 
 def blocks_of_message(message: s.Message) -> list[ContentBlock]:
-    """A client message's parts as a prompt (protocols.md §6.2)."""
+    """A client message's parts as a prompt (a2a.proto `Part` ↔ ACP `ContentBlock`)."""
     return [block_from_part(p) for p in message.parts]

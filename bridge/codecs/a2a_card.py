@@ -3,10 +3,10 @@
 `parse_card(body, card_url)` accepts a 1.0 card (`supportedInterfaces`), a 0.3 card
 (`url`, `preferredTransport`, `additionalInterfaces`, `protocolVersion`), and the
 merged card a2a-sdk serves (both at once), the way a2a-sdk's own client reads them
-(protocols.md §2.5). `choose_interface` picks the interface for a dialect and
+(A2A spec §8). `choose_interface` picks the interface for a dialect and
 binding ("auto" prefers 1.0, then the card's order); `auth_placement` says where a
 token goes according to the card's security schemes; `commands` turns skills into
-slash commands (protocols.md §6.7).
+slash commands (A2A spec §8, `AgentSkill`).
 
 `publish_card` writes one for the A2A front (the merged 1.0 + 0.3 card for clients
 that did not ask for 1.0), `skills_for` makes a route's commands into skills.
@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 import msgspec
 
 from bridge.codecs import safejson
-from bridge.codecs.a2a_wire import Binding, Dialect, Interface
+from bridge.codecs.a2a_dialect import Binding, Dialect, Interface
 from bridge.core.events import CommandInfo
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v
@@ -203,7 +203,7 @@ _COMMAND = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def commands(view: CardView) -> list[CommandInfo]:
-    """Skills as slash commands: `/skill rest` reaches the agent as that text (§6.7)."""
+    """Skills as slash commands: `/skill rest` reaches the agent as that text (A2A spec §8, `AgentSkill`)."""
     out: list[CommandInfo] = []
     seen: set[str] = set()
     for k in view.skills:
@@ -241,7 +241,7 @@ _MODES_OUT = ["text/plain", "application/json"]
 
 
 def publish_card(spec: CardSpec, *, legacy: bool) -> dict[str, object]:
-    """The route's agent card as JSON-able data (protocols.md §2.5).
+    """The route's agent card as JSON-able data (A2A spec §8).
 
     `supportedInterfaces` lists JSON-RPC and HTTP+JSON in 1.0, then both in 0.3 (a
     1.0 client prefers 1.0; one that must speak 0.3 finds it). With `legacy` the
@@ -328,7 +328,7 @@ def _merge(new: dict[str, object], old: dict[str, object]) -> dict[str, object]:
 
 
 def skills_for(commands: list[CommandInfo], *, route: str, title: str, description: str) -> list[s.AgentSkill]:
-    """Slash commands and prompts as skills (§6.7: a skill is chosen from the text, so
+    """Slash commands and prompts as skills (A2A spec §8, `AgentSkill`: a skill is chosen from the text, so
     each example is `/name ...`); a route with none gets one skill for itself."""
     skills = [
         s.AgentSkill(

@@ -1,17 +1,19 @@
-"""The A2A server's wire, sans-I/O: requests in, in either dialect and binding; answers out in the one asked.
+"""The A2A server side's wire, sans-I/O: requests in, in either dialect and binding; answers out in the one asked.
 
 Everything is lifted to the 1.0 structs of `bridge.schema.a2a` on the way in and
-lowered (`bridge.codecs.a2a_lower`) on the way out, so the front works in one
-vocabulary (protocols.md §2.1–2.3, §2.6):
+lowered on the way out (`bridge.codecs.a2a_v03_server`), so the front works in one
+vocabulary (A2A spec §3 operations, §9 JSON-RPC binding, §5 errors):
 
-- The dialect is the `A2A-Version` header: missing or empty means 0.3 (§2.1); an
-  unknown version, or a method of the other dialect, is VersionNotSupportedError.
+- The dialect is the `A2A-Version` header: missing or empty means 0.3 (A2A spec §3,
+  service parameters); an unknown version, or a method of the other dialect, is
+  VersionNotSupportedError.
 - JSON-RPC (STYLE.md rule 6): an envelope with `Raw` params, the method looked up
   in the dialect's table (-32601 when neither dialect has it), then the params with
-  that method's decoder, built at import. HTTP+JSON requests: `bridge.codecs.a2a_rest`.
+  that method's decoder, built at import. HTTP+JSON requests:
+  `bridge.codecs.a2a_server_rest`.
 - Answers: `answer(op, dialect, binding, result)` is the JSON of the result;
-  `rpc_result` wraps it; `sse_*` frame stream events; `rpc_error` / `rest_error`
-  carry a `google.rpc.ErrorInfo` (§2.6).
+  `rpc_result` wraps it; `EventEncoder` frames stream events; `rpc_error` /
+  `rest_error` carry a `google.rpc.ErrorInfo` (A2A spec §5, error handling).
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from bridge.codecs import safejson
-from bridge.codecs.a2a_lower import (
-    lower_event_rest,
-    lower_event_rpc,
-    lower_message_rest,
-    lower_message_rpc,
-    lower_push_config_rest,
-    lower_push_config_rpc,
-    lower_task_rest,
-    lower_task_rpc,
+from bridge.codecs.a2a_dialect import Binding, Dialect
+from bridge.codecs.a2a_v03_message import lower_message_v03, lower_rest_message_v03
+from bridge.codecs.a2a_v03_server import (
+    lift_params_v03,
+    lower_event_rest_v03,
+    lower_event_v03,
+    lower_push_config_rest_v03,
+    lower_push_config_v03,
+    lower_task_rest_v03,
+    lower_task_v03,
 )
-from bridge.codecs.a2a_wire import Binding, Dialect, lift_message_v03
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v
 
@@ -45,12 +47,10 @@ __all__ = [
     "decode_json",
     "decode_params",
     "dialect_of",
-    "lift_push_v03",
     "rest_error",
     "rpc_error",
     "rpc_op",
     "rpc_result",
-    "sse_error",
 ]
 
 _enc = msgspec.json.Encoder()
@@ -80,7 +80,7 @@ class A2AFault(Exception):
 
 
 def dialect_of(header: str | None) -> Dialect:
-    """The dialect of a request's `A2A-Version` (missing: 0.3, protocols.md §2.1)."""
+    """The dialect of a request's `A2A-Version` (missing: 0.3, A2A spec §3, service parameters)."""
     if not header or not header.strip():
         return Dialect.V0_3
     major, _, minor = header.strip().partition(".")
@@ -181,45 +181,8 @@ def decode_params(op: str, dialect: Dialect, raw: msgspec.Raw | UnsetType) -> An
     if op == "extended_card":
         return s.GetExtendedAgentCardRequest()
     value = decode_json(DECODERS[dialect][op], body)
-    return value if dialect is Dialect.V1_0 else _lift_params(op, value)
+    return value if dialect is Dialect.V1_0 else lift_params_v03(op, value)
 
-
-def lift_push_v03(task_id: str, c: v.PushNotificationConfigV03) -> s.TaskPushNotificationConfig:
-    auth = None
-    if c.authentication is not None:
-        scheme = c.authentication.schemes[0] if c.authentication.schemes else ""
-        auth = s.AuthenticationInfo(scheme=scheme, credentials=c.authentication.credentials)
-    return s.TaskPushNotificationConfig(url=c.url, task_id=task_id, id=c.id, token=c.token, authentication=auth)
-
-
-def _lift_params(op: str, p: Any) -> Any:
-    if op in ("send", "stream"):
-        c = p.configuration
-        config = None
-        if c is not None:
-            push = lift_push_v03("", c.push_notification_config) if c.push_notification_config else None
-            config = s.SendMessageConfiguration(
-                accepted_output_modes=c.accepted_output_modes,
-                task_push_notification_config=push,
-                history_length=c.history_length,
-                return_immediately=c.blocking is False,  # 0.3 blocks unless told not to
-            )
-        return s.SendMessageRequest(message=lift_message_v03(p.message), configuration=config, metadata=p.metadata)
-    if op == "get_task":
-        return s.GetTaskRequest(id=p.id, history_length=p.history_length)
-    if op == "cancel":
-        return s.CancelTaskRequest(id=p.id, metadata=p.metadata)
-    if op == "subscribe":
-        return s.SubscribeToTaskRequest(id=p.id)
-    if op == "create_push_config":
-        return lift_push_v03(p.task_id, p.push_notification_config)
-    if op == "get_push_config":
-        return s.GetTaskPushNotificationConfigRequest(task_id=p.id, id=p.push_notification_config_id or "")
-    if op == "list_push_configs":
-        return s.ListTaskPushNotificationConfigsRequest(task_id=p.id)
-    if op == "delete_push_config":
-        return s.DeleteTaskPushNotificationConfigRequest(task_id=p.id, id=p.push_notification_config_id)
-    raise AssertionError(op)
 
 
 # -- answers ------------------------------------------------------------------------------------
@@ -237,21 +200,21 @@ def answer(op: str, dialect: Dialect, binding: Binding, result: Any) -> bytes:
     rpc = binding is Binding.JSONRPC
     if op == "send":
         if rpc:
-            return _enc.encode(lower_task_rpc(result) if isinstance(result, s.Task) else lower_message_rpc(result))
+            return _enc.encode(lower_task_v03(result) if isinstance(result, s.Task) else lower_message_v03(result))
         wrapped03 = v.RestSendMessageResponseV03(
-            task=lower_task_rest(result) if isinstance(result, s.Task) else None,
-            message=lower_message_rest(result) if isinstance(result, s.Message) else None,
+            task=lower_task_rest_v03(result) if isinstance(result, s.Task) else None,
+            message=lower_rest_message_v03(result) if isinstance(result, s.Message) else None,
         )
         return _enc.encode(wrapped03)
     if op in ("get_task", "cancel"):
-        return _enc.encode(lower_task_rpc(result) if rpc else lower_task_rest(result))
+        return _enc.encode(lower_task_v03(result) if rpc else lower_task_rest_v03(result))
     if op in ("create_push_config", "get_push_config"):
-        return _enc.encode(lower_push_config_rpc(result) if rpc else lower_push_config_rest(result))
+        return _enc.encode(lower_push_config_v03(result) if rpc else lower_push_config_rest_v03(result))
     if op == "list_push_configs":
         configs = result.configs
         if rpc:
-            return _enc.encode([lower_push_config_rpc(c) for c in configs])
-        return _enc.encode({"configs": [lower_push_config_rest(c) for c in configs]})
+            return _enc.encode([lower_push_config_v03(c) for c in configs])
+        return _enc.encode({"configs": [lower_push_config_rest_v03(c) for c in configs]})
     if op == "delete_push_config":
         return b"null" if rpc else b"{}"
     return _enc.encode(result)  # the agent card: already the merged document
@@ -277,7 +240,7 @@ _PRECONDITION = {"TaskNotCancelable", "PushNotificationNotSupported", "Unsupport
 
 
 def rest_error(fault: A2AFault, dialect: Dialect, *, status: int | None = None) -> tuple[int, bytes]:
-    """(HTTP status, `google.rpc.Status` body) of an HTTP+JSON error (§2.6).
+    """(HTTP status, `google.rpc.Status` body) of an HTTP+JSON error (A2A spec §11, error handling).
 
     0.3 clients read `{"type": "<Name>Error", "message"}` (a2a-sdk's compat
     transport), so a 0.3 answer carries both shapes."""
@@ -304,11 +267,11 @@ class EventEncoder(NamedTuple):
         if self.dialect is Dialect.V1_0:
             return _enc.encode(event)
         if self.binding is Binding.JSONRPC:
-            return _enc.encode(lower_event_rpc(event))
-        return _enc.encode(lower_event_rest(event))
+            return _enc.encode(lower_event_v03(event))
+        return _enc.encode(lower_event_rest_v03(event))
 
     def frame(self, payload: bytes) -> bytes:
-        """One SSE event: JSON-RPC wraps the payload in a response (§2.3)."""
+        """One SSE event: JSON-RPC wraps the payload in a response (A2A spec §9, streaming)."""
         if self.binding is Binding.JSONRPC:
             return b'data: {"jsonrpc":"2.0","id":' + self.rid + b',"result":' + payload + b"}\n\n"
         return b"data: " + payload + b"\n\n"
@@ -318,11 +281,3 @@ class EventEncoder(NamedTuple):
         """Streams with the same key share one payload per event."""
         return (self.dialect, self.binding if self.dialect is Dialect.V0_3 else Binding.JSONRPC)
 
-
-def sse_error(encoder: EventEncoder, fault: A2AFault) -> bytes:
-    """An error inside a stream: an `error` event (a2a-sdk's convention) with the binding's error body."""
-    if encoder.binding is Binding.JSONRPC:
-        body = rpc_error(msgspec.json.decode(encoder.rid), fault)
-    else:
-        body = rest_error(fault, encoder.dialect)[1]
-    return b"event: error\ndata: " + body + b"\n\n"

@@ -1,4 +1,4 @@
-"""One A2A task projected from canonical events, sans-I/O (the server half of protocols.md §6.2–6.5).
+"""One A2A task projected from canonical events, sans-I/O (the server side; a2a.proto ↔ ACP schema).
 
 A task is one turn (the task id is the turn id) or, when a turn ended interrupted
 (input_required, auth_required), that turn and the turns that continue it.
@@ -19,7 +19,7 @@ Mapping:
   "multiSelect", "allowText", "header"?, "schema"?}`: the shape the A2A back reads
   (bridge/codecs/a2a.py `question_for`), so one agent-bridge can front another.
   `bridge.codecs.a2a_answer` reads the client's reply; once answered → WORKING.
-- Stop reasons (§6.5): end_turn → COMPLETED; max_tokens, max_turn_requests →
+- Stop reasons (a2a.proto `TaskState` ↔ ACP `StopReason`): end_turn → COMPLETED; max_tokens, max_turn_requests →
   COMPLETED with `metadata.agentBridge.stopReason`; refusal → REJECTED; cancelled →
   CANCELED; failed → FAILED (status message: the error), or AUTH_REQUIRED when the
   back needs the user to sign in; input_required → INPUT_REQUIRED (the next message
@@ -77,7 +77,8 @@ def iso_time(ts: float) -> str:
 
 
 def final_state(stop: StopReason | str, error_kind: str | None = None) -> tuple[str, str | None]:
-    """(A2A state, the stop reason to note in metadata) for how a turn ended (§6.5)."""
+    """(A2A state, the stop reason to note in metadata) for how a turn ended
+    (ACP schema `StopReason` → a2a.proto `TaskState`)."""
     stop = StopReason(stop)
     if stop is StopReason.END_TURN:
         return _S.COMPLETED, None
@@ -229,7 +230,7 @@ class TaskProjector:
         return []  # usage, commands, options: nothing A2A shows
 
     def feed_canceled(self, ts: float) -> s.StreamResponse:
-        """An interrupted task whose turn is over is canceled: nothing runs to stop (§6.6)."""
+        """An interrupted task whose turn is over is canceled: nothing runs to stop (A2A spec §3, CancelTask)."""
         self.questions.clear()
         self._status_meta = None
         return self._set(_S.CANCELED, None, ts)

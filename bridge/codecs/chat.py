@@ -1,4 +1,4 @@
-"""Canonical events → the chat event stream (protocols.md §4), sans-I/O.
+"""Canonical events → the chat event stream (Blade `api/chat-flow.md`), sans-I/O.
 
 `ChatProjector` consumes one session's canonical events in order and yields its chat
 frames, each already encoded as `{"event": NAME, "data": {...}}` with the session's
@@ -10,9 +10,9 @@ re-derivation that keeps only the later frames (`skip_through`).
 One canonical turn is one chat run:
 `chat:start → turn:start/turn:end (user) → turn:start (assistant, "root") →
 turn:patch* → turn:end → [system:error] → chat:end`. Sub-agent events (a parent tool
-call id, §4.6) go to a child turn with `parent_fork_tool_call_id`, opened by the first
+call id, Blade `api/chat-flow.md`, forks) go to a child turn with `parent_fork_tool_call_id`, opened by the first
 such event and ended when the parent tool call finishes. A question becomes an
-`AskUserQuestion` tool call `awaiting_answer` and the turn `paused` (§4.5); the run
+`AskUserQuestion` tool call `awaiting_answer` and the turn `paused` (Blade `api/chat-flow.md`, AskUserQuestion); the run
 stays open (no `chat:end`) until the canonical turn ends, so an `askuser_answer` can
 arrive at any time. `add_tool_call` and `tool_result` also append a `tool_use` /
 `tool_result` (`ask_user_answer`) block to the turn, so `add_content.index` counts them.
@@ -37,7 +37,7 @@ import msgspec
 from bridge.codecs.chat_parts import blocks_of_prompt, headless_result, result_of_check, stored_check
 from bridge.codecs.chat_reader import ChatReader
 from bridge.codecs.chat_tools import OPEN_TOOL, TOOL_STATUS, ToolCalls
-from bridge.codecs.chat_turns import Frame, Run, Turn, encode_frame
+from bridge.codecs.chat_turns import Frame, ProjectedRun, ProjectedTurn, encode_frame
 from bridge.core import events as ev
 from bridge.core.content import ImageContent, TextContent
 from bridge.schema.chat import (
@@ -100,7 +100,7 @@ class ChatProjector(ToolCalls):
         self._turn_frame("turn:start", user)
         self._close_turn(user, "completed", t0)
         root = self._open_turn(f"{e.turn_id}:root", t0=t0)
-        self._run = Run(e.turn_id, root, t0)
+        self._run = ProjectedRun(e.turn_id, root, t0)
         self._turn_frame("turn:start", root)
 
     def _turn_ended(self, e: ev.TurnEnded) -> None:
@@ -185,7 +185,7 @@ class ChatProjector(ToolCalls):
             for b in blocks_of_prompt([c]):
                 self._block(turn, b)
 
-    def _text(self, turn: Turn, kind: str, key_id: str | None, delta: str, *, new: bool) -> None:
+    def _text(self, turn: ProjectedTurn, kind: str, key_id: str | None, delta: str, *, new: bool) -> None:
         key = (kind, key_id)
         blocks = turn.proj.blocks
         if not new and turn.block_key == key and len(blocks[-1].content) + len(delta) <= self._max:
@@ -199,7 +199,7 @@ class ChatProjector(ToolCalls):
             turn, "add_content", AddContent(type=kind, content=block.content, text_delta=delta, index=len(blocks) - 1)
         )
 
-    def _block(self, turn: Turn, block: Block) -> None:
+    def _block(self, turn: ProjectedTurn, block: Block) -> None:
         turn.proj.blocks.append(block)
         turn.block_key = None
         self._patch(

@@ -2,22 +2,22 @@
 
 `ChatFollower` follows one remote chat session across turns and reconnects:
 
-- `feed(frame)` takes one `{"event", "data"}` frame (protocols.md §4.3) and returns
+- `feed(frame)` takes one `{"event", "data"}` frame (Blade `api/chat-flow.md`, server events) and returns
   its canonical events through `ChatReader`, exactly once: a frame whose `sequence`
   is not past the last one seen is a replay of what we had (a resume after a
-  dropped socket, §4.9) and is skipped; frames of other sessions are skipped too.
+  dropped socket, blade-agent-kit 2610.0.4) and is skipped; frames of other sessions are skipped too.
 - It knows whether the remote run is `paused`: Blade ends a run with
-  `chat:end(status:"completed")` while an AskUserQuestion waits (§4.5); the bridge's
+  `chat:end(status:"completed")` while an AskUserQuestion waits (Blade `api/chat-flow.md`, AskUserQuestion); the bridge's
   own `/ws` keeps the run open instead. Either way the canonical turn stays open.
 - `sent(answered)` forgets a question once its answer is sent (a new prompt forgets
   every open one), so the run's next `chat:end` ends the turn even if the server
   never reports the question's result.
 
-Outgoing payloads: `send_message` (a prompt as `chat:send`, §4.2, with mode, model,
-headless and output schema when asked), `send_answer` (`askuser_answer`, §4.5),
+Outgoing payloads: `send_message` (a prompt as `chat:send`, Blade `api/chat-flow.md`, `chat:send`, with mode, model,
+headless and output schema when asked), `send_answer` (`askuser_answer`, Blade `api/chat-flow.md`, AskUserQuestion),
 `subscribe` (`after_sequence` to resume), `stop`. `message_of` converts canonical
-content to chat message items (§6.2); `answer_from_text` reads a typed reply to a
-question that was shown as text (§6.4, last resort).
+content to chat message items (ACP `ContentBlock` ↔ Blade `chat:send` message items); `answer_from_text` reads a typed reply to a
+question that was shown as text (Blade AskUserQuestion ↔ ACP `session/request_permission`, last resort).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class ChatFollower:
             self.paused = False
             self.run_seen = True
         elif peek.event == "chat:end":
-            # Completed with a question open: the loop returned, the run waits (§4.5).
+            # Completed with a question open: the loop returned, the run waits (Blade `api/chat-flow.md`, AskUserQuestion).
             self.paused = not self.reader.ended and bool(self.reader.open_questions())
         elif peek.event.startswith("turn:"):
             self.run_seen = True
@@ -192,7 +192,7 @@ def _is_json(b: TextContent) -> bool:
 
 
 def message_of(prompt: list[ContentBlock]) -> str | list[MessageItem]:
-    """A canonical prompt as a `chat:send` message (§4.2, §6.2): a string when it is all
+    """A canonical prompt as a `chat:send` message (Blade `api/chat-flow.md`, `chat:send`; ACP `ContentBlock`): a string when it is all
     plain text, else items. Structured data (JSON) is a text item of its own; embedded
     files go as `file` items; links as their URI (no chat type for them); audio as a
     file (lossy)."""
@@ -235,7 +235,7 @@ def send_message(
 
 
 def send_answer(session_id: str, question: ev.Question, answered: ev.QuestionAnswered) -> SendMessage:
-    """`chat:send {askuser_answer}` (§4.5). The message is a readable summary, which
+    """`chat:send {askuser_answer}` (Blade `api/chat-flow.md`, AskUserQuestion). The message is a readable summary, which
     Blade shows in its transcript; mode is not forced."""
     answer = askuser_answer(question, answered)
     labels = {o.id: o.label for o in question.options}
@@ -275,7 +275,7 @@ def subscribed_sequence(data: bytes | None) -> tuple[bool, int | None, str | Non
     return True, seq if isinstance(seq, int) and not isinstance(seq, bool) else None, None
 
 
-# -- questions shown as text (§6.4, last resort) ----------------------------------------------
+# -- questions shown as text (Blade AskUserQuestion ↔ ACP `session/request_permission`, last resort) ---
 
 
 def question_text(q: ev.Question) -> str:
@@ -295,7 +295,7 @@ def question_text(q: ev.Question) -> str:
 
 def answer_from_text(q: ev.Question, text: str) -> ev.QuestionAnswered:
     """A typed reply as the answer to `q`: option numbers or names (comma-separated for
-    a multi-select), else free text (`custom`, §6.4)."""
+    a multi-select), else free text (`custom`, Blade AskUserQuestion ↔ ACP `session/request_permission`)."""
     reply = text.strip()
     if q.kind != "form" and q.options:
         picked: list[str] = []

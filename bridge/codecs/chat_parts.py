@@ -1,11 +1,11 @@
 """Pieces of the chat ↔ canonical translation that both directions share, sans-I/O.
 
-- Content: `chat:send` message items ↔ canonical content blocks (protocols.md §6.2).
-- Tools: tool names ↔ canonical kinds, tool statuses both ways (§6.3).
+- Content: `chat:send` message items ↔ canonical content blocks (ACP `ContentBlock` ↔ Blade `chat:send` message items).
+- Tools: tool names ↔ canonical kinds, tool statuses both ways (ACP `ToolKind`, `ToolCallStatus`).
 - AskUserQuestion: a canonical `Question` as the tool call's `{"questions": [...]}`
-  arguments, a chat `askuser_answer` as a canonical answer and back (§4.5, §6.4).
+  arguments, a chat `askuser_answer` as a canonical answer and back (Blade `api/chat-flow.md`, AskUserQuestion).
 - Headless output: `check_output_schema` and `headless_result`, from chat_schema.py
-  (the final text checked against `output_schema`, its patterns on RE2, §4.7).
+  (the final text checked against `output_schema`, its patterns on RE2, Blade `api/chat-flow.md`, headless).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ __all__ = [
 
 ASK_TOOL = "AskUserQuestion"
 
-# §6.3's suggested map; "Agent" (a fork) reads back as `think` so a sub-agent round-trips.
+# Blade tool names → ACP `ToolKind`; "Agent" (a fork) reads back as `think` so a sub-agent round-trips.
 KIND_BY_TOOL = {
     "Bash": "execute",
     "Read": "read",
@@ -90,7 +90,7 @@ def _b64(data: str, where: str) -> str:
 
 
 def message_to_content(message: str | list[MessageItem]) -> list[ContentBlock]:
-    """A `chat:send` message as canonical content blocks (§4.2, §6.2)."""
+    """A `chat:send` message as canonical content blocks (Blade `api/chat-flow.md`, `chat:send`; ACP `ContentBlock`)."""
     if isinstance(message, str):
         return [TextContent(text=message)] if message else []
     out: list[ContentBlock] = []
@@ -127,7 +127,7 @@ def _name_of(uri: str) -> str:
 
 
 def blocks_of_prompt(prompt: list[ContentBlock]) -> list[Block]:
-    """The user turn's blocks: text as text, images as data URLs, files by name (§4.4)."""
+    """The user turn's blocks: text as text, images as data URLs, files by name (Blade `api/types.md`)."""
     out: list[Block] = []
     for b in prompt:
         if isinstance(b, TextContent):

@@ -1,21 +1,21 @@
 """A chat server's frames → canonical events, sans-I/O (for a chat back).
 
 `ChatReader.feed(frame)` takes one `{"event": NAME, "data": {...}}` frame from a chat
-event stream server (protocols.md §4.3) and returns the canonical events it means:
+event stream server (Blade `api/chat-flow.md`, server events) and returns the canonical events it means:
 
 - `add_content` text/thinking → message/thought chunks (the `text_delta`; the growth
   of `content` when a server sends no delta), `plan_status` → a plan, `image_url` → an
   image chunk. Each block is one message (`message_id` = `turn_id:index`).
-- `add_tool_call` → a tool call started (kind from its tool name, §6.3), or updated
+- `add_tool_call` → a tool call started (kind from its tool name, ACP `ToolKind`, `ToolCallStatus`), or updated
   when the id is known; an `AskUserQuestion` → a question (`question_from_ask`).
 - `tool_result` → the tool call completed/failed with its result as text content and
   raw output; `set_tool_status` → its status (Blade's `pending` after the call was
-  added means it runs: in_progress, §6.3). An AskUserQuestion's result is not an
+  added means it runs: in_progress, ACP `ToolKind`, `ToolCallStatus`). An AskUserQuestion's result is not an
   event: answers are the session's own facts.
 - A child turn's `parent_fork_tool_call_id` becomes every event's `parent_tool_call_id`.
-- `turn:end` usage → usage; `chat:end` → `TurnEnded` with the stop reason (§6.5) —
+- `turn:end` usage → usage; `chat:end` → `TurnEnded` with the stop reason (ACP `StopReason` ↔ Blade `chat:end`) —
   except a `completed` end while an AskUserQuestion is open, which keeps the turn
-  open for its answer (§6.4); `system:error` → `TurnEnded` failed.
+  open for its answer (Blade AskUserQuestion ↔ ACP `session/request_permission`); `system:error` → `TurnEnded` failed.
 
 `sequence` is the last sequence number seen (what to resume after).
 """
@@ -144,7 +144,7 @@ class ChatReader:
 
     def answered(self, tool_call_id: str) -> None:
         """The back sent the answer to this AskUserQuestion: it no longer holds the run
-        open, even if the server never reports the call's result (§4.5)."""
+        open, even if the server never reports the call's result (Blade `api/chat-flow.md`, AskUserQuestion)."""
         if self._asks.pop(tool_call_id, None) is not None:
             self._answered.add(tool_call_id)  # its result or status may still come: not a tool
 
@@ -174,7 +174,9 @@ class ChatReader:
         self._seen(d.sequence)
         self.result = d.result
         if self.ended or (d.status == "completed" and self._asks):
-            return []  # already failed, or paused on a question: the turn stays open (§6.4)
+            # Already failed, or paused on a question: the turn stays open
+            # (Blade AskUserQuestion ↔ ACP `session/request_permission`).
+            return []
         self.ended = True
         error = None
         if d.status == "interrupted":

@@ -1,4 +1,4 @@
-"""Headless output (chat §4.7): an agent's final text checked against `output_schema`, sans-I/O.
+"""Headless output (Blade `api/chat-flow.md`, headless): an agent's final text checked against `output_schema`, sans-I/O.
 
 The schema comes from a client, so nothing in it may run in super-linear time on the
 event loop. JSON Schema's regular expressions (`pattern`, `patternProperties`, the

@@ -1,4 +1,5 @@
-"""Tool calls and questions in the chat stream (protocols.md §4.3–§4.5, §6.3–§6.4), sans-I/O.
+"""Tool calls and questions in the chat stream (Blade `api/chat-flow.md`, `api/types.md`; ACP `ToolKind`,
+`session/request_permission`), sans-I/O.
 
 Part of `ChatProjector` (codecs/chat.py). A tool call is `add_tool_call` (again, with
 the same id, when its title or input change), `set_tool_status` while it runs and
@@ -20,7 +21,7 @@ from bridge.codecs.chat_parts import (
     answer_to_chat,
     ask_arguments,
 )
-from bridge.codecs.chat_turns import Turn, TurnBook
+from bridge.codecs.chat_turns import ProjectedTurn, TurnBook
 from bridge.core import events as ev
 from bridge.core.content import text_of
 from bridge.schema.chat import (
@@ -36,8 +37,8 @@ __all__ = ["OPEN_TOOL", "TOOL_STATUS", "ToolCalls"]
 
 _enc = msgspec.json.Encoder()
 
-# Canonical tool status → chat (§4.4). The chat enum has no "in progress"; "running"
-# is ours (a chat reader maps Blade's `set_tool_status pending` to in_progress, §6.3).
+# Canonical tool status → chat (Blade `api/types.md`). The chat enum has no "in progress"; "running"
+# is ours (a chat reader maps Blade's `set_tool_status pending` to in_progress, ACP `ToolKind`, `ToolCallStatus`).
 TOOL_STATUS = {"pending": "pending", "in_progress": "running", "completed": "done", "failed": "error"}
 OPEN_TOOL = {"pending", "running", "awaiting_answer"}
 
@@ -51,7 +52,7 @@ class ToolCalls(TurnBook):
         return entry[0] if entry else None
 
     # -- tools ----------------------------------------------------------------------------
-    def _add_tool(self, turn: Turn, tool: ToolCallProjection) -> None:
+    def _add_tool(self, turn: ProjectedTurn, tool: ToolCallProjection) -> None:
         self._tools[tool.id] = (turn, tool, self._now())
         turn.proj.tool_calls.append(tool)
         turn.proj.blocks.append(

@@ -3,7 +3,7 @@
 `TurnBook` is the base of `ChatProjector` (codecs/chat.py, where the stream's shape is
 described): it numbers every frame of a session (gapless, from 1), encodes the ones
 past `skip_through`, and opens and closes the turn projections of the current run:
-the user turn, the root assistant turn and a child turn per fork (§4.6). Sans-I/O.
+the user turn, the root assistant turn and a child turn per fork (Blade `api/chat-flow.md`, forks). Sans-I/O.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bridge.schema.chat import (
     TurnProjection,
 )
 
-__all__ = ["Frame", "Run", "Turn", "TurnBook", "encode_frame"]
+__all__ = ["Frame", "ProjectedRun", "ProjectedTurn", "TurnBook", "encode_frame"]
 
 Frame = tuple[int, bytes]  # (sequence, the encoded frame)
 
@@ -33,8 +33,9 @@ def encode_frame(event: str, data: Any) -> bytes:
     return _enc.encode(ServerFrame(event, data))
 
 
-class Turn:
-    """One turn projection and what streaming into it needs to know."""
+class ProjectedTurn:
+    """One turn projection of the run being streamed, and what streaming into it needs to know
+    (not `bridge.session` turns: a chat run has a turn per LLM step and per fork)."""
 
     __slots__ = ("proj", "block_key", "plan_index", "asks", "open", "t0")
 
@@ -47,16 +48,16 @@ class Turn:
         self.t0 = t0
 
 
-class Run:
-    """One chat run (= one canonical turn): its root turn and its fork turns."""
+class ProjectedRun:
+    """The chat run being streamed (= one canonical turn): its root turn and its fork turns."""
 
     __slots__ = ("turn_id", "root", "children", "order", "forks", "t0")
 
-    def __init__(self, turn_id: str, root: Turn, t0: float | None) -> None:
+    def __init__(self, turn_id: str, root: ProjectedTurn, t0: float | None) -> None:
         self.turn_id = turn_id
         self.root = root
-        self.children: dict[str, Turn] = {}
-        self.order: list[Turn] = []
+        self.children: dict[str, ProjectedTurn] = {}
+        self.order: list[ProjectedTurn] = []
         self.forks: dict[str, int] = {}
         self.t0 = t0
 
@@ -92,9 +93,9 @@ class TurnBook:
         self._max = block_max_chars
         self._keep = keep_transcript
         self._transcript: list[TurnProjection] = []
-        self._run: Run | None = None
-        self._tools: dict[str, tuple[Turn, ToolCallProjection, float | None]] = {}
-        self._asks: dict[str, tuple[ev.Question, Turn]] = {}  # AskUserQuestion id → its question
+        self._run: ProjectedRun | None = None
+        self._tools: dict[str, tuple[ProjectedTurn, ToolCallProjection, float | None]] = {}
+        self._asks: dict[str, tuple[ev.Question, ProjectedTurn]] = {}  # AskUserQuestion id → its question
         self._ask_ids: dict[str, str] = {}  # question id → AskUserQuestion id
         self._out: list[Frame] = []
 
@@ -103,7 +104,7 @@ class TurnBook:
         return self._transcript
 
     # -- emitting ---------------------------------------------------------------------
-    def _next(self, turn: Turn | None = None) -> int:
+    def _next(self, turn: ProjectedTurn | None = None) -> int:
         self.sequence += 1
         if turn is not None:
             turn.proj.sequence = self.sequence
@@ -113,7 +114,7 @@ class TurnBook:
         if data.sequence > self.skip_through:
             self._out.append((data.sequence, _enc.encode(ServerFrame(event, data))))
 
-    def _patch(self, turn: Turn, patch_type: str, body: Any) -> None:
+    def _patch(self, turn: ProjectedTurn, patch_type: str, body: Any) -> None:
         seq = self._next(turn)
         if seq > self.skip_through:
             p = turn.proj
@@ -127,7 +128,7 @@ class TurnBook:
             )
             self._out.append((seq, _enc.encode(ServerFrame("turn:patch", env))))
 
-    def _turn_frame(self, event: str, turn: Turn) -> None:
+    def _turn_frame(self, event: str, turn: ProjectedTurn) -> None:
         self._next(turn)
         self._frame(event, turn.proj)
 
@@ -137,7 +138,7 @@ class TurnBook:
     # -- turns ------------------------------------------------------------------------
     def _open_turn(
         self, turn_id: str, *, role: str = "assistant", loop: str = "root", parent: str | None = None, t0: float | None
-    ) -> Turn:
+    ) -> ProjectedTurn:
         proj = TurnProjection(
             id=turn_id,
             session_id=self.session_id,
@@ -152,16 +153,16 @@ class TurnBook:
         )
         if self._keep:
             self._transcript.append(proj)
-        return Turn(proj, t0)
+        return ProjectedTurn(proj, t0)
 
-    def _close_turn(self, turn: Turn, status: str, end: float | None) -> None:
+    def _close_turn(self, turn: ProjectedTurn, status: str, end: float | None) -> None:
         turn.open = False
         turn.proj.status = status
         if turn.t0 is not None and end is not None:
             turn.proj.duration_ms = max(0, round((end - turn.t0) * 1000))
         self._turn_frame("turn:end", turn)
 
-    def _turn(self, parent: str | None) -> Turn | None:
+    def _turn(self, parent: str | None) -> ProjectedTurn | None:
         run = self._run
         if run is None:
             return None  # backs only emit inside a turn; anything else has no place here

@@ -1,6 +1,6 @@
 """Engine.IO v4 and Socket.IO v5 framing, client side, over WebSocket only: sans-I/O.
 
-The chat event stream of Blade runs on Socket.IO (protocols.md §4.1). Over a
+The chat event stream of Blade runs on Socket.IO (Blade `api/websocket.md`). Over a
 WebSocket (`/socket.io/?EIO=4&transport=websocket`, no long-polling, so no upgrade
 and no `\\x1e`-joined payloads) every WebSocket text message is one Engine.IO packet:
 

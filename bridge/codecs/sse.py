@@ -10,7 +10,7 @@ Bounded (STYLE.md rule 14): an event whose data grows beyond `max_event_bytes`
 raises `EventTooLarge`; the stream cannot be trusted after that, so the caller
 drops the connection.
 
-Used by the A2A back for both A2A bindings (protocols.md §2.3: JSON-RPC wraps every
+Used by the A2A back for both A2A bindings (A2A spec §9, §11: JSON-RPC wraps every
 `data:` in a JSON-RPC response, HTTP+JSON sends the bare StreamResponse).
 """
 

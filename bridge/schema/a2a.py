@@ -1,8 +1,10 @@
 """A2A 1.0 wire messages (ProtoJSON), their envelopes, errors and protocol facts.
 
-Sources: protocols.md §2; `specification/a2a.proto` (package `lf.a2a.v1`). The
-JSON-RPC and HTTP+JSON bindings carry the same objects; 0.3 shapes live in
-`bridge.schema.a2a_v03`. The A2A back and the A2A front share both modules.
+Sources: `specification/a2a.proto` (package `lf.a2a.v1`) and the A2A spec
+(`docs/specification.md`: §3 operations, §5 bindings and errors, §9 JSON-RPC, §11
+HTTP+JSON). The JSON-RPC and HTTP+JSON bindings carry the same objects; 0.3 shapes
+live in `bridge.schema.a2a_v03`, the agent card in `bridge.schema.a2a_card`. The A2A
+back and the A2A front share these modules.
 
 Enums (task states, roles) stay plain strings: an agent newer than us may send a
 value we do not know, and that must not make the whole event undecodable. Wire
@@ -16,6 +18,26 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
+
+from bridge.schema.a2a_card import (  # re-exported: the card is part of the A2A schema
+    APIKeySecurityScheme,
+    AgentCapabilities,
+    AgentCard,
+    AgentCardSignature,
+    AgentExtension,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    MutualTlsSecurityScheme,
+    OAuth2SecurityScheme,
+    OAuthFlow,
+    OAuthFlows,
+    OpenIdConnectSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
 
 __all__ = [
     "A2A_VERSION_HEADER",
@@ -85,7 +107,7 @@ ROLE_AGENT = "ROLE_AGENT"
 
 
 class TaskState:
-    """The 1.0 `TaskState` names (protocols.md §2.4)."""
+    """The 1.0 `TaskState` names (`enum TaskState`, `specification/a2a.proto`)."""
 
     UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
     SUBMITTED = "TASK_STATE_SUBMITTED"
@@ -101,7 +123,7 @@ class TaskState:
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
 
-# Operation → (1.0 JSON-RPC method, 0.3 JSON-RPC method) (protocols.md §2.2).
+# Operation → (1.0 JSON-RPC method, 0.3 JSON-RPC method) (A2A spec §5.3).
 METHODS: dict[str, tuple[str, str | None]] = {
     "send": ("SendMessage", "message/send"),
     "stream": ("SendStreamingMessage", "message/stream"),
@@ -131,7 +153,8 @@ REST_PATHS: dict[str, tuple[str, str]] = {
     "extended_card": ("GET", "/extendedAgentCard"),
 }
 
-# A2A error → (JSON-RPC code, HTTP status, ErrorInfo reason) (protocols.md §2.6).
+# A2A error → (JSON-RPC code, HTTP status, ErrorInfo reason) (A2A spec §5, error
+# codes; a2a-sdk `a2a/utils/errors.py`).
 ERRORS: dict[str, tuple[int, int, str]] = {
     "TaskNotFound": (-32001, 404, "TASK_NOT_FOUND"),
     "TaskNotCancelable": (-32002, 400, "TASK_NOT_CANCELABLE"),
@@ -236,7 +259,7 @@ class TaskArtifactUpdateEvent(_A2A):
 
 
 class StreamResponse(_A2A):
-    """Exactly one member is set (member-discriminated, protocols.md §2.3)."""
+    """Exactly one member is set (member-discriminated, A2A spec §3, SendMessage)."""
 
     task: Task | None = None
     message: Message | None = None
@@ -352,138 +375,11 @@ class GetExtendedAgentCardRequest(_A2A):
     tenant: str | None = None
 
 
-# -- agent card (1.0, §2.5) ------------------------------------------------------------
-
-
-class AgentInterface(_A2A):
-    url: str = ""
-    protocol_binding: str = ""  # "JSONRPC" | "GRPC" | "HTTP+JSON" | a URI
-    protocol_version: str = ""
-    tenant: str | None = None
-
-
-class AgentProvider(_A2A):
-    organization: str = ""
-    url: str = ""
-
-
-class AgentExtension(_A2A):
-    uri: str = ""
-    description: str | None = None
-    required: bool = False
-    params: dict[str, Any] | None = None
-
-
-class AgentCapabilities(_A2A):
-    streaming: bool | None = None
-    push_notifications: bool | None = None
-    extensions: list[AgentExtension] | None = None
-    extended_agent_card: bool | None = None
-
-
-class StringList(_A2A):
-    items: list[str] = msgspec.field(default_factory=list, name="list")
-
-
-class SecurityRequirement(_A2A):
-    schemes: dict[str, StringList] = {}
-
-
-class AgentSkill(_A2A):
-    id: str = ""
-    name: str = ""
-    description: str = ""
-    tags: list[str] = []
-    examples: list[str] | None = None
-    input_modes: list[str] | None = None
-    output_modes: list[str] | None = None
-    security_requirements: list[SecurityRequirement] | None = None
-
-
-class APIKeySecurityScheme(_A2A):
-    location: str = "header"  # "header" | "query" | "cookie"
-    name: str = ""
-    description: str | None = None
-
-
-class HTTPAuthSecurityScheme(_A2A):
-    scheme: str = ""  # "Bearer", "Basic", ... (RFC 7235, case-insensitive)
-    bearer_format: str | None = None
-    description: str | None = None
-
-
-class OAuthFlow(_A2A):
-    """Any OAuth flow; which fields are set depends on the flow."""
-
-    authorization_url: str | None = None
-    device_authorization_url: str | None = None
-    token_url: str | None = None
-    refresh_url: str | None = None
-    scopes: dict[str, str] = {}
-    pkce_required: bool | None = None
-
-
-class OAuthFlows(_A2A):
-    authorization_code: OAuthFlow | None = None
-    client_credentials: OAuthFlow | None = None
-    device_code: OAuthFlow | None = None
-    implicit: OAuthFlow | None = None  # deprecated in 1.0
-    password: OAuthFlow | None = None  # deprecated in 1.0
-
-
-class OAuth2SecurityScheme(_A2A):
-    flows: OAuthFlows = msgspec.field(default_factory=OAuthFlows)
-    oauth2_metadata_url: str | None = None
-    description: str | None = None
-
-
-class OpenIdConnectSecurityScheme(_A2A):
-    open_id_connect_url: str = ""
-    description: str | None = None
-
-
-class MutualTlsSecurityScheme(_A2A):
-    description: str | None = None
-
-
-class SecurityScheme(_A2A):
-    """Exactly one member is set."""
-
-    api_key_security_scheme: APIKeySecurityScheme | None = None
-    http_auth_security_scheme: HTTPAuthSecurityScheme | None = None
-    oauth2_security_scheme: OAuth2SecurityScheme | None = None
-    open_id_connect_security_scheme: OpenIdConnectSecurityScheme | None = None
-    mtls_security_scheme: MutualTlsSecurityScheme | None = None
-
-
-class AgentCardSignature(_A2A):
-    protected: str = ""
-    signature: str = ""
-    header: dict[str, Any] | None = None
-
-
-class AgentCard(_A2A):
-    name: str = ""
-    description: str = ""
-    supported_interfaces: list[AgentInterface] = []
-    version: str = ""
-    provider: AgentProvider | None = None
-    documentation_url: str | None = None
-    icon_url: str | None = None
-    capabilities: AgentCapabilities = msgspec.field(default_factory=AgentCapabilities)
-    security_schemes: dict[str, SecurityScheme] | None = None
-    security_requirements: list[SecurityRequirement] | None = None
-    default_input_modes: list[str] = []
-    default_output_modes: list[str] = []
-    skills: list[AgentSkill] = []
-    signatures: list[AgentCardSignature] | None = None
-
-
 # -- envelopes and errors ---------------------------------------------------------------
 
 
 class ErrorInfo(_A2A):
-    """`google.rpc.ErrorInfo`, the first entry of an error's details (§2.6)."""
+    """`google.rpc.ErrorInfo`, the first entry of an error's details (A2A spec §5, error codes)."""
 
     type: str = msgspec.field(default=UNSET, name="@type")  # type: ignore[assignment]
     reason: str = ""

@@ -1,6 +1,6 @@
 """A2A 0.3 wire messages: the JSON-RPC shapes (`kind`-tagged) and the HTTP+JSON ones.
 
-Sources: protocols.md §2.4–2.5 (0.3 notes); the 0.3 JSON schema as shipped in
+Sources: A2A `docs/whats-new-v1.md` (what changed from 0.3); the 0.3 JSON schema as shipped in
 a2a-sdk (`a2a/compat/v0_3/types.py`) for JSON-RPC; the 0.3 proto (`a2a_v0_3_pb2`)
 for HTTP+JSON, which serves ProtoJSON of that older proto: `content` instead of
 `parts`, nested `file`/`data` parts, `ROLE_*` and `TASK_STATE_*` names with the
@@ -8,10 +8,12 @@ British `TASK_STATE_CANCELLED`, and paths under `/v1`.
 
 - JSON-RPC, suffix `V03`: tagged by `kind` (`"task"`, `"message"`, `"status-update"`,
   `"artifact-update"`; parts `"text"`, `"file"`, `"data"`), lowercase kebab states.
-- HTTP+JSON, prefix `Rest`, suffix `V03`.
+- HTTP+JSON, prefix `Rest`, suffix `V03`: `bridge.schema.a2a_v03_rest`, re-exported here.
 
-The codec (`bridge.codecs.a2a`) lifts both into the 1.0 structs of
-`bridge.schema.a2a`, and lowers 1.0 requests into them.
+The codecs lift both into the 1.0 structs of `bridge.schema.a2a` and lower 1.0
+ones into them: `bridge.codecs.a2a_v03_message` (parts and messages),
+`bridge.codecs.a2a_v03_client` (the client side), `bridge.codecs.a2a_v03_server`
+(the server side).
 """
 
 from __future__ import annotations
@@ -21,7 +23,23 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from bridge.schema.a2a import AgentCardSignature, AgentExtension, AgentProvider, TaskState
+from bridge.schema.a2a import TaskState
+from bridge.schema.a2a_card import AgentCardSignature, AgentExtension, AgentProvider
+from bridge.schema.a2a_v03_rest import (  # re-exported: one module name for every 0.3 shape
+    RestFilePartV03,
+    RestDataPartV03,
+    RestPartV03,
+    RestMessageV03,
+    RestTaskStatusV03,
+    RestArtifactV03,
+    RestTaskV03,
+    RestTaskStatusUpdateEventV03,
+    RestTaskArtifactUpdateEventV03,
+    RestStreamResponseV03,
+    RestSendMessageResponseV03,
+    RestSendMessageConfigurationV03,
+    RestSendMessageRequestV03,
+)
 
 __all__ = [
     "AgentCapabilitiesV03",
@@ -297,109 +315,3 @@ class AgentCardV03(_V03):
     skills: list[AgentSkillV03] = []
     supports_authenticated_extended_card: bool | None = None
     signatures: list[AgentCardSignature] | None = None
-
-
-# == HTTP+JSON (ProtoJSON of the 0.3 proto) ===========================================
-
-
-class RestFilePartV03(_A2A):
-    file_with_uri: str | None = None
-    file_with_bytes: str | None = None  # base64
-    mime_type: str | None = None
-    name: str | None = None
-
-
-class RestDataPartV03(_A2A):
-    data: dict[str, Any] = {}
-
-
-class RestPartV03(_A2A):
-    text: str | None = None
-    file: RestFilePartV03 | None = None
-    data: RestDataPartV03 | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class RestMessageV03(_A2A):
-    message_id: str = UNSET  # type: ignore[assignment]
-    role: str = UNSET  # type: ignore[assignment]
-    content: list[RestPartV03] = []
-    context_id: str | None = None
-    task_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    extensions: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.message_id is UNSET:
-            self.message_id = ""
-        if self.role is UNSET:
-            self.role = "ROLE_UNSPECIFIED"
-
-
-class RestTaskStatusV03(_A2A):
-    state: str = UNSET  # type: ignore[assignment]  # NB: "TASK_STATE_CANCELLED" in this proto
-    message: RestMessageV03 | None = None
-    timestamp: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.state is UNSET:
-            self.state = TaskState.UNSPECIFIED
-
-
-class RestArtifactV03(_A2A):
-    artifact_id: str = ""
-    parts: list[RestPartV03] = []
-    name: str | None = None
-    description: str | None = None
-    metadata: dict[str, Any] | None = None
-    extensions: list[str] | None = None
-
-
-class RestTaskV03(_A2A):
-    id: str
-    context_id: str = ""
-    status: RestTaskStatusV03 = msgspec.field(default_factory=RestTaskStatusV03)
-    artifacts: list[RestArtifactV03] | None = None
-    history: list[RestMessageV03] | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class RestTaskStatusUpdateEventV03(_A2A):
-    task_id: str
-    context_id: str = ""
-    status: RestTaskStatusV03 = msgspec.field(default_factory=RestTaskStatusV03)
-    final: bool = False
-    metadata: dict[str, Any] | None = None
-
-
-class RestTaskArtifactUpdateEventV03(_A2A):
-    task_id: str
-    context_id: str = ""
-    artifact: RestArtifactV03 = msgspec.field(default_factory=RestArtifactV03)
-    append: bool = False
-    last_chunk: bool = False
-    metadata: dict[str, Any] | None = None
-
-
-class RestStreamResponseV03(_A2A):
-    task: RestTaskV03 | None = None
-    message: RestMessageV03 | None = None
-    status_update: RestTaskStatusUpdateEventV03 | None = None
-    artifact_update: RestTaskArtifactUpdateEventV03 | None = None
-
-
-class RestSendMessageResponseV03(_A2A):
-    task: RestTaskV03 | None = None
-    message: RestMessageV03 | None = None
-
-
-class RestSendMessageConfigurationV03(_A2A):
-    accepted_output_modes: list[str] | None = None
-    history_length: int | None = None
-    blocking: bool | None = None
-
-
-class RestSendMessageRequestV03(_A2A):
-    message: RestMessageV03
-    configuration: RestSendMessageConfigurationV03 | None = None
-    metadata: dict[str, Any] | None = None

@@ -1,13 +1,13 @@
-"""Chat event stream wire messages (protocols.md §4; Blade chat-flow, seed 002).
+"""Chat event stream wire messages (Blade `api/chat-flow.md`, seed 002).
 
 Every frame is one JSON object `{"event": NAME, "data": {...}}` on a plain WebSocket
-(Blade carries the same events over Socket.IO, §4.1). Client frames are decoded in
+(Blade carries the same events over Socket.IO, Blade `api/websocket.md`). Client frames are decoded in
 two steps (STYLE.md rule 6): `ClientFrame` with `data` left `msgspec.Raw`, then the
 data with the decoder for that event (`CLIENT_EVENTS`). Unknown fields are tolerated
 everywhere, so newer peers keep working.
 
 Projections (`TurnProjection`, `ToolCallProjection`) keep their null fields on the
-wire (`parent_fork_tool_call_id: null` marks a root turn, §4.6); patch bodies and
+wire (`parent_fork_tool_call_id: null` marks a root turn, Blade `api/chat-flow.md`, forks); patch bodies and
 client frames omit what is unset.
 """
 
@@ -61,7 +61,7 @@ class _Projection(msgspec.Struct, kw_only=True, gc=False):
     """Snapshots, envelopes and the tool patches: every field is on the wire, nulls included."""
 
 
-# -- client → server (§4.2) ------------------------------------------------------------
+# -- client → server (Blade `api/chat-flow.md`, `chat:send`) ---------------------------------------
 
 
 class AuthInfo(_Chat, kw_only=True):
@@ -72,7 +72,7 @@ class AuthInfo(_Chat, kw_only=True):
 
 
 class ClientFrame(_Chat, kw_only=True):
-    """The envelope. `auth` is read on the first frame only (§4.1, Socket.IO `auth`)."""
+    """The envelope. `auth` is read on the first frame only (Blade `api/websocket.md`, Socket.IO `auth`)."""
 
     event: str = ""
     data: Raw | UnsetType = UNSET
@@ -112,7 +112,7 @@ MessageItem = TextItem | ImageUrlItem | FileItem
 
 
 class AskUserAnswer(_Chat, kw_only=True):
-    """§4.5: keys are question indexes as strings from "0"; each question needs one of the two."""
+    """Blade `api/chat-flow.md`, AskUserQuestion: keys are question indexes as strings from "0"; each question needs one of the two."""
 
     tool_call_id: str
     selections: dict[str, list[int]] = {}
@@ -150,7 +150,7 @@ class RunOptions(_Chat, kw_only=True):
     check: dict[str, Any] | None = None
 
 
-# -- server → client (§4.3, §4.4) --------------------------------------------------------
+# -- server → client (Blade `api/chat-flow.md`, server events; `api/types.md`) ---------------------
 
 
 class ServerFrame(msgspec.Struct, gc=False):
@@ -173,7 +173,7 @@ class ToolCallProjection(_Projection, kw_only=True):
     id: str
     tool_name: str
     display_name: str
-    arguments: str = "{}"  # a JSON string, as in §4.4
+    arguments: str = "{}"  # a JSON string, as in Blade `api/types.md`
     # pending | running | done | error | cancelled | awaiting_answer
     status: str = "pending"
     result: Any = None
@@ -260,7 +260,7 @@ class ChatEnd(_Projection, kw_only=True):
 
 
 class SystemError(_Chat, kw_only=True):
-    """§4.3. Connection errors carry no sequence; a failed turn's error does."""
+    """Blade `api/chat-flow.md`, server events. Connection errors carry no sequence; a failed turn's error does."""
 
     message: str
     code: str

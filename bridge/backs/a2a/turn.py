@@ -3,17 +3,17 @@
 `A2ASession.prompt` runs a turn as a loop over exchanges: send a message, read what
 the agent says about the task (stream, or poll), and decide by the task's state:
 
-- completed / canceled / rejected → the stop reason (protocols.md §6.5);
+- completed / canceled / rejected → the stop reason (`TaskState` in `specification/a2a.proto` → ACP schema `StopReason`);
 - failed → BackError carrying the agent's status message;
 - input-required → ask the user through the session (`turn.ask`); an answer goes
   back as the next message on the same task and the loop goes on. If the front
   could not show the question (`by="front"`), or nobody answered in time, the
   question is written into the chat, the task is remembered, and the turn ends
-  `input_required`: the user's next prompt continues the task (§6.4);
+  `input_required`: the user's next prompt continues the task (a2a.proto: an interrupted task resumes with a message on its `taskId`);
 - auth-required → `BackAuthRequired` (an ACP auth error); the next prompt, after
   the user signed in, continues the task.
 
-Cancel (§6.6): `cancel()` sends CancelTask once the task id is known, then waits,
+Cancel (A2A spec §3, CancelTask): `cancel()` sends CancelTask once the task id is known, then waits,
 within the route's `cancel_grace_s`, for the task to stop; the turn ends
 `cancelled` also when the agent says the task cannot be cancelled.
 """
@@ -22,23 +22,31 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 import trio
 
-from bridge.backs.a2a.back import A2ABack, Broken, stream_events
+from bridge.backs.a2a.http import AgentHttp
+from bridge.backs.a2a.stream import StreamBroken, stream_events
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import a2a as codec
 from bridge.codecs.a2a_card import CardView
-from bridge.codecs.a2a_wire import A2AError, InvalidResponse, Wire
+from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
+from bridge.codecs.a2a_tracker import TaskTracker
 from bridge.core.content import TextContent, text_of
 from bridge.core.events import Event, MessageChunk, StopReason
 from bridge.errors import BackAuthRequired, BackError, BackUnavailable
 from bridge.schema import a2a as s
 
-__all__ = ["A2ASession"]
+__all__ = ["A2ASession", "CardSource"]
 
 log = logging.getLogger("bridge.backs.a2a.back")
+
+
+# The agent card and the calls of the interface it chose, read or revalidated when stale
+# (`A2ABack.card`).
+CardSource = Callable[[], Awaitable[tuple[CardView, Wire]]]
 
 
 def _new_id() -> str:
@@ -46,16 +54,17 @@ def _new_id() -> str:
 
 
 class _Interrupted(NamedTuple):
-    tracker: codec.TaskTracker
+    tracker: TaskTracker
     asked: codec.AskedQuestion | None  # None: auth-required
 
 
-class _Run:
-    """One turn in flight: what `cancel()` needs to reach it."""
+class _TaskTurn:
+    """One turn in flight, following its A2A task: what `cancel()` needs to reach it."""
 
-    def __init__(self, turn: TurnHandle, tracker: codec.TaskTracker) -> None:
+    def __init__(self, turn: TurnHandle, tracker: TaskTracker) -> None:
         self.turn = turn
         self.tracker = tracker
+        self.wire: Wire | None = None  # the calls of the interface this turn talks to
         self.active = True  # False once prompt() returned: nothing more may be emitted
         self.stale: str | None = None  # the question just answered (its state is old news)
         self.task_known = trio.Event()
@@ -83,15 +92,18 @@ class _Run:
 
 
 class A2ASession:
-    def __init__(self, back: A2ABack, ctx: SessionContext) -> None:
-        self.back = back
-        self.context_id: str | None = ctx.back_ref  # the agent's contextId (§6.1)
+    """One bridge session on the agent: its contextId, an interrupted task, the turn in flight."""
+
+    def __init__(self, http: AgentHttp, card: CardSource, ctx: SessionContext) -> None:
+        self.http = http
+        self.card = card
+        self.context_id: str | None = ctx.back_ref  # the agent's contextId (A2A `docs/topics/life-of-a-task.md`)
         self.interrupted: _Interrupted | None = None
-        self.run: _Run | None = None
+        self.run: _TaskTurn | None = None
         self._questions = 0
 
     async def set_option(self, option_id: str, value: str) -> None:
-        pass  # A2A has no session options (protocols.md §6.9)
+        pass  # A2A has no session options (no counterpart of ACP `session/set_config_option`)
 
     async def aclose(self) -> None:
         pass  # the HTTP client belongs to the back; running turns were cancelled by the session
@@ -104,12 +116,13 @@ class A2ASession:
     # -- a turn ---------------------------------------------------------------------------
     async def prompt(self, turn: TurnHandle) -> StopReason:
         intr, self.interrupted = self.interrupted, None
-        tracker = intr.tracker if intr else codec.TaskTracker()
-        run = _Run(turn, tracker)
+        tracker = intr.tracker if intr else TaskTracker()
+        run = _TaskTurn(turn, tracker)
         self.run = run  # from here on a cancel reaches this turn
         clean, wire = False, None
         try:
-            view, wire = await self.back.card()
+            view, wire = await self.card()
+            run.wire = wire
             if turn.cancel_requested:
                 self.interrupted = intr  # nothing was sent: an interrupted task stays so
                 clean = True
@@ -121,17 +134,17 @@ class A2ASession:
                 if intr is None or not (exc.is_("TaskNotFound") or exc.is_("UnsupportedOperation")):
                     raise
                 # The interrupted task is gone (expired, or finished meanwhile): start afresh.
-                log.info("route %s: task %s cannot continue (%s); starting a new task", self.back.name, tracker.task_id, exc)
-                run.tracker = tracker = codec.TaskTracker()
+                log.info("route %s: task %s cannot continue (%s); starting a new task", self.http.name, tracker.task_id, exc)
+                run.tracker = tracker = TaskTracker()
                 run.task_known, run.stale = trio.Event(), None
                 stop = await self._turn(run, view, wire, codec.user_message(turn.prompt, message_id=_new_id(), context_id=self.context_id))
             clean = True
             return stop
         except A2AError as exc:
             clean = True
-            raise self.back.fail(f"the A2A agent answered with an error: {exc}") from exc
+            raise self.http.error(f"the A2A agent answered with an error: {exc}") from exc
         except InvalidResponse as exc:
-            raise self.back.fail(f"the A2A agent sent {exc}") from exc
+            raise self.http.error(f"the A2A agent sent {exc}") from exc
         finally:
             run.active = False
             self.run = None
@@ -139,12 +152,12 @@ class A2ASession:
             abandoned = not clean and task_id and tracker.state not in s.TERMINAL_STATES
             if abandoned and wire is not None and not run.cancel_sent and self.interrupted is None:
                 # Cut off (turn timeout, a failure we could not resume): do not leave the task running.
-                with trio.move_on_after(self.back.cfg.connect_timeout_s, shield=True):
+                with trio.move_on_after(self.http.cfg.connect_timeout_s, shield=True):
                     await self._send_cancel(wire, task_id)  # type: ignore[arg-type]
 
     def _first_message(self, turn: TurnHandle, intr: _Interrupted | None) -> s.Message:
         if intr is None:
-            # The first message of a session carries no contextId; later ones carry it (§6.1).
+            # The first message of a session carries no contextId; later ones carry it (A2A `docs/topics/life-of-a-task.md`).
             return codec.user_message(turn.prompt, message_id=_new_id(), context_id=self.context_id)
         task_id = intr.tracker.task_id
         status = intr.tracker.status
@@ -165,8 +178,8 @@ class A2ASession:
             turn.prompt, message_id=_new_id(), context_id=self.context_id, task_id=task_id, in_reply_to=stale
         )
 
-    async def _turn(self, run: _Run, view: CardView, wire: Wire, message: s.Message) -> StopReason:
-        back, turn = self.back, run.turn
+    async def _turn(self, run: _TaskTurn, view: CardView, wire: Wire, message: s.Message) -> StopReason:
+        http, turn = self.http, run.turn
         if message.task_id:
             # Continuing an interrupted task: until the agent moves on, its state still
             # shows the question this message answers.
@@ -180,28 +193,28 @@ class A2ASession:
             if turn.cancel_requested:
                 return await self._cancelled(run)
             if tracker.reply is not None:
-                return StopReason.END_TURN  # a bare Message ends the turn (§6.1)
+                return StopReason.END_TURN  # a bare Message ends the turn (A2A spec §3, SendMessage)
             state, status = tracker.state, tracker.status
             if tracker.task_id is None or status is None:
-                raise back.fail("the A2A agent's answer names no task and is not a message")
+                raise http.error("the A2A agent's answer names no task and is not a message")
             stop = codec.stop_reason(state or "")
             if stop is not None:
                 return stop
             if state == s.TaskState.FAILED:
                 why = codec.message_text(status.message) or "no reason given"
-                raise back.fail(f"the A2A agent reported that task {tracker.task_id} failed: {why}")
+                raise http.error(f"the A2A agent reported that task {tracker.task_id} failed: {why}")
             if state == s.TaskState.AUTH_REQUIRED:
                 self.interrupted = _Interrupted(tracker, None)
                 text = codec.message_text(status.message)
                 url = codec.auth_url(status)
                 where = f" at {url}" if url and url not in text else ""
                 raise BackAuthRequired(
-                    f"route {back.name}: the A2A agent needs you to authorize{where}"
+                    f"route {http.name}: the A2A agent needs you to authorize{where}"
                     f"{': ' + text if text else ''}; your next prompt continues task {tracker.task_id}",
                     data={"url": url} if url else None,
                 )
             if state != s.TaskState.INPUT_REQUIRED:
-                raise back.fail(f"the A2A agent left task {tracker.task_id} in state {state} and stopped talking")
+                raise http.error(f"the A2A agent left task {tracker.task_id} in state {state} and stopped talking")
             self._questions += 1
             asked = codec.question_for(status, tracker.task_id, seq=self._questions)
             answer = await turn.ask(asked.question)
@@ -209,12 +222,12 @@ class A2ASession:
                 return await self._cancelled(run)
             if answer.cancelled and answer.by in ("front", "timeout"):
                 # Nobody could answer in the front: the question goes into the chat and
-                # the user's next prompt answers it, on this same task (§6.4 last resort).
+                # the user's next prompt answers it, on this same task (the last resort of bridge/codecs/a2a.py `question_text`).
                 run.emit([MessageChunk(content=TextContent(text=codec.question_text(asked)), message_id=asked.message_id or None)])
                 self.interrupted = _Interrupted(tracker, asked)
                 return StopReason.INPUT_REQUIRED
             if answer.cancelled:
-                # The user dismissed the question: stop the task (§6.4: decline → cancelled).
+                # The user dismissed the question: stop the task (it cannot go on without an answer).
                 await self._cancel_remote(run)
                 return StopReason.CANCELLED
             message = codec.user_message(
@@ -227,21 +240,21 @@ class A2ASession:
             )
             run.stale = asked.message_id or None
 
-    async def _exchange(self, run: _Run, view: CardView, wire: Wire, message: s.Message) -> None:
+    async def _exchange(self, run: _TaskTurn, view: CardView, wire: Wire, message: s.Message) -> None:
         """Send one message and follow the task until it stops, is interrupted, or a cancel cuts in."""
-        back, cfg = self.back, self.back.cfg
+        http, cfg = self.http, self.http.cfg
         if view.streaming:
             call = wire.send(message, stream=True)
             try:
                 with trio.CancelScope() as run.read_scope:
                     if await stream_events(
-                        back, call, run.on_event, first_s=cfg.first_event_timeout_s, idle_s=cfg.idle_timeout_s, flow=run.turn.flow
+                        http, call, run.on_event, first_s=cfg.first_event_timeout_s, idle_s=cfg.idle_timeout_s, flow=run.turn.flow
                     ):
                         return
                 if run.read_scope.cancelled_caught:
                     return
                 reason = "the event stream ended before the task finished"
-            except Broken as exc:
+            except StreamBroken as exc:
                 if run.tracker.task_id is None:
                     raise exc.error from exc  # nothing to resume: say what failed
                 reason = exc.reason
@@ -250,7 +263,7 @@ class A2ASession:
         call = wire.send(message, stream=False, return_immediately=cfg.return_immediately)
         with trio.CancelScope() as run.read_scope:
             timeout = cfg.first_event_timeout_s if cfg.return_immediately else cfg.idle_timeout_s
-            result = wire.decode_send(await back.request(call, timeout_s=timeout))
+            result = wire.decode_send(await http.request(call, timeout_s=timeout))
             if isinstance(result, s.Task):
                 run.emit(run.tracker.feed_task(result))
             else:
@@ -258,29 +271,29 @@ class A2ASession:
             if not run.tracker.finished(stale=run.stale):
                 await self._poll(run, wire)
 
-    async def _resume(self, run: _Run, view: CardView, wire: Wire, reason: str) -> None:
-        """Re-attach to the task (SubscribeToTask), backing off, or poll GetTask (§6.1)."""
-        back, cfg, tracker = self.back, self.back.cfg, run.tracker
+    async def _resume(self, run: _TaskTurn, view: CardView, wire: Wire, reason: str) -> None:
+        """Re-attach to the task (SubscribeToTask), backing off, or poll GetTask (A2A spec §3, SubscribeToTask)."""
+        http, cfg, tracker = self.http, self.http.cfg, run.tracker
         task_id = tracker.task_id
         assert task_id is not None
         attempt = 0
         while not tracker.finished(stale=run.stale) and not run.turn.cancel_requested:
             attempt += 1
             if attempt > cfg.resume_attempts:
-                raise back.fail(
+                raise http.error(
                     f"the event stream of task {task_id} broke and could not be resumed "
                     f"after {cfg.resume_attempts} attempts: {reason}",
                     unavailable=True,
                 )
-            log.info("route %s: %s; re-attaching to task %s (attempt %d)", back.name, reason, task_id, attempt)
+            log.info("route %s: %s; re-attaching to task %s (attempt %d)", http.name, reason, task_id, attempt)
             await trio.sleep(min(0.05 * 2**attempt, 2.0))
             try:
                 with trio.CancelScope() as run.read_scope:
-                    if back.no_subscribe:
+                    if http.no_subscribe:
                         await self._poll(run, wire)
                         return
                     if await stream_events(
-                        back,
+                        http,
                         wire.subscribe(task_id),
                         run.on_event,
                         first_s=cfg.first_event_timeout_s,
@@ -291,21 +304,21 @@ class A2ASession:
                 if run.read_scope.cancelled_caught:
                     return
                 reason = "the re-attached stream ended before the task finished"
-            except Broken as exc:
+            except StreamBroken as exc:
                 reason = exc.reason
             except BackUnavailable as exc:
                 reason = exc.message
             except A2AError as exc:
                 if exc.is_("UnsupportedOperation") or exc.is_("MethodNotFound") or exc.status in (404, 405):
                     # Subscribing is not offered, or the task already ended: read it instead.
-                    back.no_subscribe = exc.is_("MethodNotFound") or exc.status in (404, 405)
+                    http.no_subscribe = exc.is_("MethodNotFound") or exc.status in (404, 405)
                     with trio.CancelScope() as run.read_scope:
                         await self._poll(run, wire, at_once=True)
                     return
                 raise
 
-    async def _poll(self, run: _Run, wire: Wire, *, at_once: bool = False) -> None:
-        back, cfg, tracker = self.back, self.back.cfg, run.tracker
+    async def _poll(self, run: _TaskTurn, wire: Wire, *, at_once: bool = False) -> None:
+        http, cfg, tracker = self.http, self.http.cfg, run.tracker
         task_id = tracker.task_id
         assert task_id is not None
         interval, failures = (0.0 if at_once else 0.05), 0
@@ -313,33 +326,33 @@ class A2ASession:
             await trio.sleep(interval)
             interval = min(max(interval, 0.05) * 2, cfg.poll_interval_s)
             try:
-                body = await back.request(wire.get_task(task_id), timeout_s=cfg.first_event_timeout_s)
+                body = await http.request(wire.get_task(task_id), timeout_s=cfg.first_event_timeout_s)
             except BackUnavailable as exc:
                 failures += 1
                 if failures > cfg.resume_attempts:
                     raise
-                log.info("route %s: polling task %s failed (%s); trying again", back.name, task_id, exc.message)
+                log.info("route %s: polling task %s failed (%s); trying again", http.name, task_id, exc.message)
                 continue
             failures = 0
             run.emit(tracker.feed_task(wire.decode_task(body)))
             await run.turn.flow()
 
     # -- cancel ------------------------------------------------------------------------------
-    async def _cancelled(self, run: _Run) -> StopReason:
+    async def _cancelled(self, run: _TaskTurn) -> StopReason:
         """The session asked the turn to stop: make sure CancelTask went out (the
         session's `cancel()` usually sent it already), then wait, within the bound,
         for the agent to stop."""
         await self._cancel_remote(run)
-        with trio.move_on_after(self.back.route.cancel_grace_s):
+        with trio.move_on_after(self.http.route.cancel_grace_s):
             await run.remote_done.wait()
         return StopReason.CANCELLED
 
-    async def _cancel_remote(self, run: _Run) -> None:
+    async def _cancel_remote(self, run: _TaskTurn) -> None:
         if run.cancel_sent:
             return
         run.cancel_sent = True
-        back, wire = self.back, self.back.wire
-        grace = back.route.cancel_grace_s
+        http, wire = self.http, run.wire
+        grace = http.route.cancel_grace_s
         with trio.move_on_after(grace):
             await run.task_known.wait()
         task_id = run.tracker.task_id
@@ -359,12 +372,12 @@ class A2ASession:
 
     async def _send_cancel(self, wire: Wire, task_id: str) -> s.Task | None:
         """CancelTask; the task it returns, or None when the agent would not (logged)."""
-        back = self.back
+        http = self.http
         try:
-            return wire.decode_task(await back.request(wire.cancel(task_id), timeout_s=back.route.cancel_grace_s))
+            return wire.decode_task(await http.request(wire.cancel(task_id), timeout_s=http.route.cancel_grace_s))
         except A2AError as exc:
-            # TaskNotCancelable and friends: the turn still ends `cancelled` (§6.6).
-            log.info("route %s: the agent did not cancel task %s: %s", back.name, task_id, exc)
+            # TaskNotCancelable and friends: the turn still ends `cancelled` (as ACP `session/cancel` requires).
+            log.info("route %s: the agent did not cancel task %s: %s", http.name, task_id, exc)
         except (BackError, InvalidResponse) as exc:
-            log.warning("route %s: cancelling task %s failed: %s", back.name, task_id, getattr(exc, "message", exc))
+            log.warning("route %s: cancelling task %s failed: %s", http.name, task_id, getattr(exc, "message", exc))
         return None

@@ -1,84 +1,28 @@
 """The chat back: turns run on a remote agent platform that speaks the chat event stream.
 
-Two dialects (protocols.md §4): "ws" is the JSON frames of our own `/ws`, so one
-agent-bridge can route to another; "socketio" is Blade's Socket.IO API (Engine.IO
-v4 over WebSocket only, `codecs.socketio`). One `ChatBack` per route holds the
-route's configuration, its token (read at each use, never shown) and one pooled
-`httpx.AsyncClient` for the REST half:
-
-- `POST {rest_url}/api/sessions {intent, model?, **session_params}` → `{session_id}`:
-  the remote session, made at a bridge session's first prompt (§6.1) and stored as
-  its back ref;
-- `GET {rest_url}/api/sessions/{id}/messages`: whether a stored remote session still
-  exists, and (from an agent-bridge peer's `X-Chat-Sequence`) where its stream stands.
-
-The WebSocket half is `chat_link` (one connection, either dialect) and the turns are
-`chat_turn`. Errors say which route, which server and what failed, never a secret
-(DESIGN.md complaint 4).
+Two dialects: "ws" is the JSON frames of our own `/ws`, so one agent-bridge can route
+to another; "socketio" is Blade's Socket.IO API (Engine.IO v4 over WebSocket only,
+`codecs.socketio`; Blade `api/websocket.md`). One `ChatBack` per route: its chat
+server (`bridge.backs.chat.server`: URLs, token, REST), the WebSocket half
+(`bridge.backs.chat.link`: one connection, either dialect), the sessions
+(`bridge.backs.chat.session`) and their turns (`bridge.backs.chat.turn`).
 """
 
 from __future__ import annotations
 
-import logging
-import ssl
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
+from typing import TYPE_CHECKING
 
-import httpx
-import msgspec
 import trio
 
-from bridge import __version__
 from bridge.backs.base import AgentInfo, SessionContext
-from bridge.backs.secrets import Secret, read_token
-from bridge.codecs import safejson
-from bridge.codecs.numbers import small_int
-from bridge.errors import BackError, BackUnavailable
+from bridge.backs.chat.link import check
+from bridge.backs.chat.server import ChatServer
+from bridge.backs.chat.session import ChatSession
 
 if TYPE_CHECKING:
-    from bridge.config import ChatBack as ChatConfig
     from bridge.config import Route
 
-__all__ = ["ChatBack", "run_options", "where"]
-
-log = logging.getLogger("bridge.backs.chat.back")
-logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def where(url: str) -> str:
-    """A URL fit for an error message: no query (it may carry a key), no user info."""
-    u = urlsplit(url)
-    return f"{u.scheme}://{u.hostname or ''}{':' + str(u.port) if u.port else ''}{u.path}"
-
-
-# `SessionRecord.meta["chat_runs"][turn_id]`: what our `/ws` front's `chat:send` asked
-# for (headless, output_schema), written before the turn reaches the back
-# (bridge/fronts/chat/streams.py RUNS_KEY).
-_RUNS_KEY = "chat_runs"
-
-
-def run_options(host: Any, turn_id: str) -> tuple[bool, dict[str, Any] | None]:
-    """(headless, output_schema) a front asked for this turn (§4.7), to pass through."""
-    record = getattr(host, "record", None)
-    runs = record.meta.get(_RUNS_KEY) if record is not None else None
-    run = runs.get(turn_id) if isinstance(runs, dict) else None
-    if not isinstance(run, dict):
-        return False, None
-    schema = run.get("output_schema")
-    return bool(run.get("headless")), schema if isinstance(schema, dict) else None
-
-
-class _Created(msgspec.Struct, gc=False):
-    session_id: str
-
-
-class _Detail(msgspec.Struct, gc=False):
-    detail: Any = None
-    message: Any = None
-
-
-_created = safejson.Decoder(_Created)
-_detail = safejson.Decoder(_Detail)
+__all__ = ["ChatBack"]
 
 
 class ChatBack:
@@ -87,128 +31,15 @@ class ChatBack:
     def __init__(self, name: str, route: Route) -> None:
         self.name = name
         self.route = route
-        self.cfg: ChatConfig = route.back  # type: ignore[assignment]
         self.info = AgentInfo(name=name, title=route.title, version=route.version, description=route.description)
-        u = urlsplit(self.cfg.url)
-        secure = u.scheme in ("wss", "https")
-        # The WebSocket URL (http(s):// as Socket.IO users write it means ws(s)://).
-        self.ws_url = ("wss" if secure else "ws") + self.cfg.url[len(u.scheme) :]
-        self.rest_url = (self.cfg.rest_url or f"{'https' if secure else 'http'}://{u.netloc}").rstrip("/")
-        self._client: httpx.AsyncClient | None = None
-        self._ssl: ssl.SSLContext | None = None
+        self.server = ChatServer(name, route)
 
-    # -- plumbing ---------------------------------------------------------------------------
-    def fail(self, what: str, *, unavailable: bool = False) -> BackError:
-        cls = BackUnavailable if unavailable else BackError
-        return cls(f"route {self.name}: {what}")
-
-    def ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            try:
-                self._ssl = ssl.create_default_context(cafile=self.cfg.ca_file)
-            except OSError as exc:
-                raise self.fail(f"cannot read ca_file {self.cfg.ca_file}: {exc.strerror or exc}") from exc
-        return self._ssl
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            verify: ssl.SSLContext | bool = self.ssl_context() if self.rest_url.startswith("https:") else True
-            self._client = httpx.AsyncClient(
-                trust_env=False,
-                verify=verify,
-                follow_redirects=False,  # a redirect must not carry our token elsewhere
-                timeout=httpx.Timeout(None, connect=self.cfg.connect_timeout_s, pool=self.cfg.connect_timeout_s),
-                headers={"User-Agent": f"agent-bridge/{__version__}"},
-            )
-        return self._client
-
-    def token(self) -> Secret | None:
-        """The token, read now (rotation needs no restart); never in a message."""
-        return read_token(self.cfg.token_env, self.cfg.token_file, self.fail)
-
-    def auth_hint(self) -> str:
-        if self.cfg.token_env:
-            return f"check the token in ${self.cfg.token_env}"
-        if self.cfg.token_file:
-            return f"check the token in {self.cfg.token_file}"
-        return "no token is configured: set token_env or token_file"
-
-    def remote_options(self, options: dict[str, str]) -> dict[str, str]:
-        """The session's route options the chat server understands (§4.2): model and
-        mode, found by their category."""
-        return {o.category: options[o.id] for o in self.route.options if o.category in ("model", "mode") and o.id in options}
-
-    def headers(self) -> dict[str, str]:
-        token = self.token()
-        return {"Authorization": f"Bearer {token.reveal()}"} if token is not None else {}
-
-    # -- REST ---------------------------------------------------------------------------------
-    async def _call(self, method: str, path: str, *, json: Any = None) -> httpx.Response:
-        url = self.rest_url + path
-        headers = {"Accept": "application/json", **self.headers()}
-        try:
-            with trio.fail_after(self.cfg.request_timeout_s):
-                return await self.client.request(method, url, json=json, headers=headers)
-        except trio.TooSlowError:
-            raise self.fail(
-                f"the chat server at {where(url)} did not answer {method} within request_timeout_s "
-                f"({self.cfg.request_timeout_s:g} s)",
-                unavailable=True,
-            ) from None
-        except httpx.TransportError as exc:
-            raise self.fail(f"cannot reach the chat server at {where(url)}: {exc or type(exc).__name__}", unavailable=True) from exc
-
-    def _http_error(self, method: str, resp: httpx.Response) -> BackError:
-        phrase = f"{resp.status_code} {httpx.codes.get_reason_phrase(resp.status_code)}".strip()
-        try:
-            body = _detail.decode(resp.content)
-            detail = body.detail or body.message
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            detail = None
-        more = f": {detail}" if detail else ""
-        url = where(str(resp.request.url))
-        if resp.status_code in (401, 403):
-            return self.fail(f"the chat server at {url} answered {method} with {phrase} ({self.auth_hint()}){more}")
-        return self.fail(f"the chat server at {url} answered {method} with {phrase}{more}", unavailable=resp.status_code >= 500)
-
-    async def create_session(self, intent: str, options: dict[str, str]) -> str:
-        """`POST /api/sessions` (§4.1): the remote session's id."""
-        body: dict[str, Any] = {"intent": intent}
-        if "model" in options:
-            body["model"] = options["model"]
-        body.update(self.cfg.session_params)
-        resp = await self._call("POST", "/api/sessions", json=body)
-        if resp.status_code >= 300:
-            raise self._http_error("POST /api/sessions", resp)
-        try:
-            return _created.decode(resp.content).session_id
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self.fail(f"the chat server's answer to POST /api/sessions holds no session_id: {exc}") from exc
-
-    async def find_session(self, session_id: str) -> tuple[bool, int | None]:
-        """Whether the remote session still exists (`GET .../messages`, §4.8), and the
-        sequence to resume after when the server says (`X-Chat-Sequence`)."""
-        resp = await self._call("GET", f"/api/sessions/{quote(session_id, safe='')}/messages")
-        if resp.status_code == 404:
-            return False, None
-        if resp.status_code >= 300:
-            raise self._http_error("GET /api/sessions/{id}/messages", resp)
-        raw = resp.headers.get("x-chat-sequence", "")
-        return True, small_int(raw)  # a header: "²".isdigit() too, and int() refuses it
-
-    # -- the Back protocol ---------------------------------------------------------------------
-    async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> Any:
-        from bridge.backs.chat.turn import ChatSession  # the turn logic needs this module first
-
-        return ChatSession(self, ctx)
+    async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> ChatSession:
+        return ChatSession(self.server, ctx)
 
     async def probe(self, *, deep: bool) -> str:
         """`doctor` and `/readyz`: connect and authenticate, then leave."""
-        from bridge.backs.chat.link import check
-
-        return await check(self)
+        return await check(self.server)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        await self.server.aclose()

@@ -10,7 +10,7 @@ arrived. Writes (`emit`) come from the turn task and go straight to the socket
   `{"event", "data"}` text; `session:subscribed {sequence}` acknowledges the
   subscription. We ping every `ping_interval_s` and count a missing pong as a drop.
 - "socketio": `codecs.socketio` frames it. The token goes in CONNECT's `auth`
-  (§4.1); the subscription is acknowledged with a Socket.IO ACK; the server's pings
+  (Blade `api/websocket.md`); the subscription is acknowledged with a Socket.IO ACK; the server's pings
   are answered, and silence past its pingInterval + pingTimeout counts as a drop.
 
 Before `task_status.started()` a failure raises (BackError: refused, unreachable,
@@ -24,7 +24,7 @@ past its ping timeout, which the turn then resumes).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -37,13 +37,10 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from bridge.backs.chat.back import where
+from bridge.backs.chat.server import ChatServer, where
 from bridge.backs.secrets import Secret
 from bridge.codecs import chat_client, safejson, socketio
 from bridge.errors import BackError
-
-if TYPE_CHECKING:
-    from bridge.backs.chat.back import ChatBack
 
 __all__ = ["Dropped", "Frame", "Link", "Subscribed", "check"]
 
@@ -87,11 +84,11 @@ class Link:
     reconnected ignores what an older link still reports."""
 
     def __init__(
-        self, back: ChatBack, gen: int, inbox: trio.MemorySendChannel[Any], session_id: str | None, *, nursery: trio.Nursery
+        self, server: ChatServer, gen: int, inbox: trio.MemorySendChannel[Any], session_id: str | None, *, nursery: trio.Nursery
     ) -> None:
-        self.back = back
+        self.server = server
         self.nursery = nursery  # for the "ws" keepalive, beside `run`
-        self.cfg = back.cfg
+        self.cfg = server.cfg
         self.gen = gen
         self.inbox = inbox
         self.session_id = session_id
@@ -105,17 +102,17 @@ class Link:
     @property
     def url(self) -> str:
         if self.cfg.dialect == "socketio":
-            return socketio.engineio_url(self.back.ws_url)
-        return self.back.ws_url
+            return socketio.engineio_url(self.server.ws_url)
+        return self.server.ws_url
 
     # -- connecting -----------------------------------------------------------------------
     async def run(self, after: int | None, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        back, cfg = self.back, self.cfg
-        token = back.token()
+        server, cfg = self.server, self.cfg
+        token = server.token()
         headers = []
         if token is not None and cfg.dialect == "ws":
             headers.append((b"authorization", f"Bearer {token.reveal()}".encode()))
-        ssl_context = back.ssl_context() if back.ws_url.startswith("wss:") else None
+        ssl_context = server.ssl_context() if server.ws_url.startswith("wss:") else None
         started = False
         try:
             async with open_websocket_url(
@@ -150,35 +147,35 @@ class Link:
                 self.gone = True
                 await self.inbox.send(Dropped(self.gen, err.message))
             else:
-                log.debug("route %s: closing the socket: %s", back.name, err.message)
+                log.debug("route %s: closing the socket: %s", server.name, err.message)
 
     def _failure(self, exc: BaseException) -> BackError:
         """A connection failure in words (BackUnavailable when trying again may help)."""
-        back, cfg = self.back, self.cfg
+        server, cfg = self.server, self.cfg
         at = where(cfg.url)
         if isinstance(exc, ConnectionRejected):
             status = exc.status_code
-            hint = f" ({back.auth_hint()})" if status in (401, 403) else ""
-            return back.fail(
+            hint = f" ({server.auth_hint()})" if status in (401, 403) else ""
+            return server.error(
                 f"the chat server at {at} refused the WebSocket: HTTP {status}{hint}{_detail(exc.body)}", unavailable=status >= 500
             )
         if isinstance(exc, ConnectionTimeout):
-            return back.fail(
+            return server.error(
                 f"cannot reach the chat server at {at}: no connection within connect_timeout_s ({cfg.connect_timeout_s:g} s)",
                 unavailable=True,
             )
         if isinstance(exc, trio.TooSlowError):
-            return back.fail(
+            return server.error(
                 f"the chat server at {at} did not complete the handshake within connect_timeout_s ({cfg.connect_timeout_s:g} s)",
                 unavailable=True,
             )
         if isinstance(exc, ConnectionClosed):
-            return back.fail(f"the chat server at {at} closed the connection during the handshake: {_closed(exc)}", unavailable=True)
+            return server.error(f"the chat server at {at} closed the connection during the handshake: {_closed(exc)}", unavailable=True)
         if isinstance(exc, socketio.SocketIOError):
-            return back.fail(f"the chat server at {at} does not speak Socket.IO as expected: {exc}")
+            return server.error(f"the chat server at {at} does not speak Socket.IO as expected: {exc}")
         why = exc.__cause__ if isinstance(exc, HandshakeError) and exc.__cause__ is not None else exc
         detail = why.strerror if isinstance(why, OSError) and why.strerror else str(why) or type(why).__name__
-        return back.fail(f"cannot reach the chat server at {at}: {detail}", unavailable=True)
+        return server.error(f"cannot reach the chat server at {at}: {detail}", unavailable=True)
 
     async def _handshake(self, ws: WebSocketConnection, token: Secret | None, after: int | None) -> None:
         if self.cfg.dialect == "socketio":
@@ -190,12 +187,12 @@ class Link:
                     elif isinstance(e, socketio.Pinged):
                         await ws.send_message(sio.pong())
                     elif isinstance(e, socketio.ConnectRefused):
-                        raise self.back.fail(
+                        raise self.server.error(
                             f"the chat server at {where(self.cfg.url)} refused the Socket.IO connection: {e.message} "
-                            f"({self.back.auth_hint()})"
+                            f"({self.server.auth_hint()})"
                         )
                     elif isinstance(e, socketio.Disconnected):
-                        raise self.back.fail(f"the chat server at {where(self.cfg.url)} ended the connection during the handshake: {e.reason}", unavailable=True)
+                        raise self.server.error(f"the chat server at {where(self.cfg.url)} ended the connection during the handshake: {e.reason}", unavailable=True)
         if self.session_id is not None:
             await self._emit("session:subscribe", chat_client.subscribe(self.session_id, after), ack=True)
 
@@ -259,7 +256,7 @@ class Link:
             try:
                 events = sio.receive(message)
             except socketio.SocketIOError as exc:
-                log.warning("route %s: the chat server sent a bad Socket.IO packet: %s", self.back.name, exc)
+                log.warning("route %s: the chat server sent a bad Socket.IO packet: %s", self.server.name, exc)
                 with trio.move_on_after(1):
                     await ws.aclose(1002, "protocol error")
                 return f"the server sent a bad Socket.IO packet ({exc})"
@@ -339,12 +336,12 @@ def _detail(body: bytes | None) -> str:
     return f": {detail}" if isinstance(detail, str) else ""
 
 
-async def check(back: ChatBack) -> str:
+async def check(server: ChatServer) -> str:
     """Connect and authenticate without subscribing to anything, then leave (a probe)."""
     send, _recv = trio.open_memory_channel[Any](1)
     failure: BackError | None = None
     async with trio.open_nursery() as nursery:
-        link = Link(back, 0, send, None, nursery=nursery)
+        link = Link(server, 0, send, None, nursery=nursery)
         try:
             await nursery.start(link.run, None)
         except BackError as exc:  # raised out of the nursery, not wrapped in its group
@@ -354,6 +351,6 @@ async def check(back: ChatBack) -> str:
         nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
-    how = f"Socket.IO (namespace {back.cfg.namespace}) connected" if link.sio is not None else "WebSocket open"
-    return f"{how} at {where(back.cfg.url)}"
+    how = f"Socket.IO (namespace {server.cfg.namespace}) connected" if link.sio is not None else "WebSocket open"
+    return f"{how} at {where(server.cfg.url)}"
 

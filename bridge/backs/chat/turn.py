@@ -1,23 +1,22 @@
-"""One bridge session on a chat server, and the turns it runs (the policy half of the chat back).
+"""One turn in flight on a chat server (the policy half of the chat back).
 
-A session (protocols.md §6.1): the remote session is made at the first prompt
-(`POST /api/sessions`, intent = that prompt) and kept as the back ref; a session
-loaded later finds it again (or makes a new one if the server forgot it).
+A turn is one `chat:send` (Blade `api/chat-flow.md`) on its own connection
+(`bridge.backs.chat.link`): subscribe, send once the subscription is acknowledged,
+follow the frames (`ChatFollower`) until the run's `chat:end`. All it waits for
+comes through one bounded inbox, in order: frames, the acknowledgement, a dropped
+connection, the user's answers, a cancel request.
 
-A turn is one `chat:send` (§4.2) on its own connection (`chat_link`): subscribe, send
-once the subscription is acknowledged, follow the frames (`ChatFollower`) until the
-run's `chat:end`. All it waits for comes through one bounded inbox, in order: frames,
-the acknowledgement, a dropped connection, the user's answers, a cancel request.
-
-- AskUserQuestion (§4.5, §6.4): asked through the front (`turn.ask`) while frames
-  keep flowing; a `chat:end(completed)` that only pauses the run does not end the
-  turn. The answer goes back as `chat:send {askuser_answer}` on the same session
-  (for Socket.IO once the paused `chat:end` arrived: Blade's loop has returned by
-  then). Declined → `chat:stop`, `cancelled`. A front that cannot show it, or no
-  answer in time: the question is written into the chat, the turn ends
-  `input_required`, and the next prompt is sent as the answer.
-- Cancel (§6.6): `chat:stop`, then wait (most of `cancel_grace_s`) for
-  `chat:end(interrupted)`. A turn that fails or is cut off also says `chat:stop`.
+- AskUserQuestion (Blade `api/chat-flow.md`, AskUserQuestion): asked through the
+  front (`turn.ask`) while frames keep flowing; a `chat:end(completed)` that only
+  pauses the run does not end the turn. The answer goes back as
+  `chat:send {askuser_answer}` on the same session (for Socket.IO once the paused
+  `chat:end` arrived: Blade's loop has returned by then). Declined → `chat:stop`,
+  `cancelled`. A front that cannot show it, or no answer in time: the question is
+  written into the chat, the turn ends `input_required`, and the next prompt is
+  sent as the answer (`left_question`).
+- Cancel (`chat:stop`, Blade `api/chat-flow.md`): then wait (most of
+  `cancel_grace_s`) for `chat:end(interrupted)`. A turn that fails or is cut off
+  also says `chat:stop`.
 - A dropped connection: reconnect with backoff, re-subscribe after the last sequence
   seen; the follower skips what it already had. A run that cannot be resumed fails
   the turn, saying why.
@@ -30,25 +29,23 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import trio
 
-from bridge.backs.base import SessionContext, TurnHandle
-from bridge.backs.chat.back import run_options, where
+from bridge.backs.base import TurnHandle
 from bridge.backs.chat.link import Dropped, Frame, Link, Subscribed
+from bridge.backs.chat.server import ChatServer, where
 from bridge.codecs import chat_client
 from bridge.codecs.chat_client import ChatFollower
 from bridge.core import events as ev
-from bridge.core.content import TextContent, text_of
+from bridge.core.content import TextContent
 from bridge.errors import BackError, BackUnavailable, PeerError
 
-if TYPE_CHECKING:
-    from bridge.backs.chat.back import ChatBack
-
-__all__ = ["ChatSession"]
+__all__ = ["ChatTurn", "Outgoing"]
 
 log = logging.getLogger("bridge.backs.chat.back")
+
 
 class _Answered(NamedTuple):
     question: ev.Question
@@ -59,7 +56,7 @@ class _CancelAsked(NamedTuple):
     pass
 
 
-class _Out(NamedTuple):
+class Outgoing(NamedTuple):
     """A write that waits for the subscription; `answers` is the question it answers."""
 
     event: str
@@ -67,91 +64,21 @@ class _Out(NamedTuple):
     answers: str | None = None
 
 
-class ChatSession:
-    def __init__(self, back: ChatBack, ctx: SessionContext) -> None:
-        self.back = back
-        self.ctx = ctx
-        self.remote_id: str | None = ctx.back_ref
-        self.follower: ChatFollower | None = None
-        self.pending_ask: ev.Question | None = None  # shown as text: the next prompt answers it
-
-    async def set_option(self, option_id: str, value: str) -> None:
-        pass  # sent with each chat:send (mode, model)
-
-    async def cancel(self) -> None:
-        pass  # the turn watches `turn.wait_cancel_requested()` itself
-
-    async def aclose(self) -> None:
-        pass  # connections belong to turns; the HTTP client to the back
-
-    async def _follow(self, turn: TurnHandle, options: dict[str, str]) -> ChatFollower:
-        if self.follower is not None:
-            return self.follower
-        back = self.back
-        if self.remote_id is not None:
-            exists, sequence = await back.find_session(self.remote_id)
-            if exists:
-                self.follower = ChatFollower(self.remote_id, last_seq=sequence)
-                return self.follower
-            log.info("route %s: the chat server no longer has session %s; starting a new one", back.name, self.remote_id)
-        self.remote_id = await back.create_session(text_of(turn.prompt)[:2000], options)
-        turn.set_back_ref(self.remote_id)
-        self.follower = ChatFollower(self.remote_id, last_seq=0)
-        return self.follower
-
-    async def prompt(self, turn: TurnHandle) -> ev.StopReason:
-        if turn.cancel_requested:
-            return ev.StopReason.CANCELLED
-        options = self.back.remote_options(turn.options)
-        follower = await self._follow(turn, options)
-        follower.start_turn(turn.turn_id)
-        assert self.remote_id is not None
-        ask, self.pending_ask = self.pending_ask, None
-        if ask is not None:
-            # The question was shown as text: this prompt is its answer (§6.4).
-            answer = chat_client.answer_from_text(ask, text_of(turn.prompt))
-            first = _Out("chat:send", chat_client.send_answer(self.remote_id, ask, answer), ask.id)
-        else:
-            headless, schema = run_options(self.ctx.host, turn.turn_id)
-            payload = chat_client.send_message(
-                self.remote_id,
-                turn.prompt,
-                mode=options.get("mode"),
-                model=options.get("model"),
-                headless=headless,
-                output_schema=schema,
-            )
-            first = _Out("chat:send", payload)
-        send, receive = trio.open_memory_channel[Any](self.back.cfg.queue_max_frames)
-        outcome: ev.StopReason | BackError | None = None
-        async with trio.open_nursery() as nursery:
-            run = _Run(self, turn, follower, nursery, send, receive)
-            try:
-                outcome = await run.loop(first)
-            finally:
-                await run.finish(outcome)  # also when cut off (turn_timeout_s, cancel_grace_s)
-            nursery.cancel_scope.cancel()
-        assert outcome is not None
-        if isinstance(outcome, BackError):
-            raise outcome
-        return outcome
-
-
-class _Run:
-    """One turn in flight (see the module docstring)."""
+class ChatTurn:
+    """One turn in flight on the chat server: one `chat:send` until its `chat:end` (see the module docstring)."""
 
     def __init__(
         self,
-        session: ChatSession,
+        server: ChatServer,
         turn: TurnHandle,
         follower: ChatFollower,
         nursery: trio.Nursery,
         send: trio.MemorySendChannel[Any],
         receive: trio.MemoryReceiveChannel[Any],
     ) -> None:
-        self.session = session
-        self.back = session.back
-        self.cfg = session.back.cfg
+        self.server = server
+        self.cfg = server.cfg
+        self.left_question: ev.Question | None = None  # shown as text: the next prompt answers it
         self.turn = turn
         self.follower = follower
         self.nursery = nursery
@@ -161,10 +88,10 @@ class _Run:
         self.gen = 0
         self.reconnects = 0
         self.subscribed = False
-        self.outbox: list[_Out] = []
-        # Socket.IO (Blade): an answer waits for the run's paused chat:end (§4.5: the
+        self.outbox: list[Outgoing] = []
+        # Socket.IO (Blade): an answer waits for the run's paused chat:end (Blade `api/chat-flow.md`, AskUserQuestion: the
         # loop returns, then a new chat:send resumes it), at most `connect_timeout_s`.
-        self.held: list[_Out] = []
+        self.held: list[Outgoing] = []
         self.hold_until = math.inf
         self.asking: set[str] = set()
         self.cancelling = False
@@ -181,7 +108,7 @@ class _Run:
         return self.follower.session_id
 
     # -- the loop ----------------------------------------------------------------------
-    async def loop(self, first: _Out) -> ev.StopReason | BackError:
+    async def loop(self, first: Outgoing) -> ev.StopReason | BackError:
         """The turn's outcome: a stop reason, or the error it failed with (not raised,
         so that it leaves the nursery unwrapped)."""
         self.nursery.start_soon(self._watch_cancel)
@@ -194,7 +121,7 @@ class _Run:
                 outcome: ev.StopReason | BackError | None
                 item = await self._next()
                 if item is None and self.held and trio.current_time() >= self.hold_until:
-                    log.info("route %s: no chat:end after the question in time; answering anyway", self.back.name)
+                    log.info("route %s: no chat:end after the question in time; answering anyway", self.server.name)
                     await self._release()
                     continue
                 if item is None:
@@ -232,7 +159,7 @@ class _Run:
     def _timed_out(self) -> ev.StopReason | BackError:
         at, cfg = where(self.cfg.url), self.cfg
         if self.cancelling:
-            log.info("route %s: no chat:end after chat:stop in time; the turn ends cancelled", self.back.name)
+            log.info("route %s: no chat:end after chat:stop in time; the turn ends cancelled", self.server.name)
             return ev.StopReason.CANCELLED
         if not self.subscribed:
             why = f"did not acknowledge session:subscribe within connect_timeout_s ({cfg.connect_timeout_s:g} s)"
@@ -240,7 +167,7 @@ class _Run:
             why = f"sent nothing within first_event_timeout_s ({cfg.first_event_timeout_s:g} s) of chat:send"
         else:
             why = f"sent nothing for idle_timeout_s ({cfg.idle_timeout_s:g} s)"
-        return self.back.fail(f"the chat server at {at} {why}", unavailable=True)
+        return self.server.error(f"the chat server at {at} {why}", unavailable=True)
 
     # -- items -------------------------------------------------------------------------
     async def _frame(self, item: Frame) -> ev.StopReason | BackError | None:
@@ -252,14 +179,14 @@ class _Run:
             # `chat:end` to come).
             refused = self.follower.skip(item.data)
             if refused is not None:
-                return self.back.fail(f"the chat server refused to follow session {self.remote_id}: {refused}")
+                return self.server.error(f"the chat server refused to follow session {self.remote_id}: {refused}")
             return None
         self.last_frame = trio.current_time()
         self.reconnects = 0  # the stream moves again
         try:
             events = self.follower.feed(item.data)
         except PeerError as exc:
-            return self.back.fail(f"the chat server at {where(self.cfg.url)} sent a frame that is not a chat frame: {exc.message}")
+            return self.server.error(f"the chat server at {where(self.cfg.url)} sent a frame that is not a chat frame: {exc.message}")
         turn = self.turn
         for e in events:
             if isinstance(e, ev.QuestionAsked):
@@ -287,8 +214,8 @@ class _Run:
         if e.stop_reason is ev.StopReason.FAILED:
             message = e.error.message if e.error else "the run failed"
             if not self.subscribed:
-                return self.back.fail(f"the chat server refused to follow session {self.remote_id}: {message}")
-            return self.back.fail(f"the chat agent failed: {message}")
+                return self.server.error(f"the chat server refused to follow session {self.remote_id}: {message}")
+            return self.server.error(f"the chat agent failed: {message}")
         return e.stop_reason
 
     async def _subscribed(self, item: Subscribed) -> ev.StopReason | BackError | None:
@@ -296,7 +223,7 @@ class _Run:
             return None
         if not item.ok:
             after = f" after sequence {self.follower.last_seq}" if self.follower.known and self.gen > 1 else ""
-            return self.back.fail(f"the chat server refused to follow session {self.remote_id}{after}: {item.message}")
+            return self.server.error(f"the chat server refused to follow session {self.remote_id}{after}: {item.message}")
         self.follower.learn(item.sequence)
         self.subscribed = True
         waiting, self.outbox = self.outbox, []
@@ -304,7 +231,7 @@ class _Run:
             await self._send(out)
         return None
 
-    async def _send(self, out: _Out) -> None:
+    async def _send(self, out: Outgoing) -> None:
         """Write now if subscribed, else when the (next) subscription is acknowledged."""
         if not self.subscribed or self.link is None or not await self.link.emit(out.event, out.data):
             self.outbox.append(out)
@@ -312,7 +239,7 @@ class _Run:
         if out.event != "chat:send":
             return
         self.sent_prompt = True
-        self.follower.sent(out.answers)  # an answer: the question no longer holds the run open (§4.5)
+        self.follower.sent(out.answers)  # an answer: the question no longer holds the run open (Blade `api/chat-flow.md`, AskUserQuestion)
         self.sent_at = trio.current_time()
 
     async def _dropped(self, item: Dropped) -> ev.StopReason | BackError | None:
@@ -329,7 +256,7 @@ class _Run:
             self.reconnects += 1
             attempt = self.reconnects
             log.info("route %s: the connection to the chat server dropped (%s); reconnecting (attempt %d)",
-                     self.back.name, reason, attempt)  # fmt: skip
+                     self.server.name, reason, attempt)  # fmt: skip
             await trio.sleep(min(cfg.reconnect_backoff_s * 2 ** (attempt - 1), cfg.reconnect_max_backoff_s))
             try:
                 await self._connect(self.follower.last_seq if self.follower.known else None)
@@ -338,7 +265,7 @@ class _Run:
                 reason = exc.message
         if self.cancelling:
             return ev.StopReason.CANCELLED
-        return self.back.fail(
+        return self.server.error(
             f"the connection to the chat server at {where(cfg.url)} dropped during the run and could not be "
             f"resumed after {cfg.reconnect_attempts} attempts: {reason}",
             unavailable=True,
@@ -351,14 +278,14 @@ class _Run:
             return None
         if answer.cancelled and answer.by in ("front", "timeout"):
             # Nobody could answer in the front: the question goes into the chat and the
-            # user's next prompt answers it (§6.4, last resort).
+            # user's next prompt answers it (the last resort, `chat_client.question_text`).
             self.turn.emit(ev.MessageChunk(content=TextContent(text=chat_client.question_text(q)), message_id=f"ask:{q.id}"))
-            self.session.pending_ask = q
+            self.left_question = q
             return ev.StopReason.INPUT_REQUIRED
         if answer.cancelled:
-            # Declined or dismissed: stop the run (§6.4: decline → chat:stop, cancelled).
+            # Declined or dismissed: stop the run (`chat:stop`; the turn ends cancelled).
             return await self._stop()
-        out = _Out("chat:send", chat_client.send_answer(self.remote_id, q, answer), q.id)
+        out = Outgoing("chat:send", chat_client.send_answer(self.remote_id, q, answer), q.id)
         if self.cfg.dialect == "socketio" and not self.follower.paused:
             self.held.append(out)
             self.hold_until = min(self.hold_until, trio.current_time() + self.cfg.connect_timeout_s)
@@ -376,9 +303,9 @@ class _Run:
     async def _stop(self) -> ev.StopReason | None:
         self.cancelling = True
         # Most of the grace: the session cuts the turn off at the whole of it.
-        self.cancel_deadline = trio.current_time() + 0.8 * self.back.route.cancel_grace_s
+        self.cancel_deadline = trio.current_time() + 0.8 * self.server.route.cancel_grace_s
         self.stop_sent = True
-        await self._send(_Out("chat:stop", chat_client.stop(self.remote_id)))
+        await self._send(Outgoing("chat:stop", chat_client.stop(self.remote_id)))
         if self.follower.paused:
             return ev.StopReason.CANCELLED  # the run already returned: nothing to wait for
         return None
@@ -386,7 +313,7 @@ class _Run:
     # -- tasks -------------------------------------------------------------------------
     async def _connect(self, after: int | None) -> None:
         self.gen += 1
-        link = Link(self.back, self.gen, self.send, self.remote_id, nursery=self.nursery)
+        link = Link(self.server, self.gen, self.send, self.remote_id, nursery=self.nursery)
         self.connected_at = trio.current_time()
         await self.nursery.start(link.run, after)
         self.link = link

@@ -104,7 +104,7 @@ class _DemoSession:
             return await self._bench(turn, int(words["bench"] or 1000))
         if "all" in words:
             words.update(dict.fromkeys(("think", "plan", "tool", "ask", "fork"), ""))
-        run = _Run(turn, self.delay, f"m{self.n}")
+        run = _DemoScript(turn, self.delay, f"m{self.n}")
         steps = [w for w in ("tool", "ask", "choose", "fork", "slow") if w in words]
         if "think" in words:
             await run.say(f"The user wrote {rest!r}. Let me work out what to do.", thought=True)
@@ -146,8 +146,8 @@ class _DemoSession:
         return StopReason.END_TURN
 
 
-class _Run:
-    """One turn of the demo: small helpers that emit and pace events."""
+class _DemoScript:
+    """One turn of the demo as it is played: small helpers that emit and pace events."""
 
     def __init__(self, turn: TurnHandle, delay: float, message_id: str) -> None:
         self.turn = turn

@@ -41,9 +41,9 @@ import msgspec
 
 from bridge.codecs import a2a_server as wire
 from bridge.codecs.a2a_card import CardSpec, publish_card, skills_for
-from bridge.codecs.a2a_rest import REST_ROUTES, rest_request
+from bridge.codecs.a2a_server_rest import REST_ROUTES, rest_request
 from bridge.codecs.a2a_server import A2AFault, EventEncoder
-from bridge.codecs.a2a_wire import Binding, Dialect
+from bridge.codecs.a2a_dialect import Binding, Dialect
 from bridge.config import Config, Route
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, PeerError, codes_for
 from bridge.fronts.a2a.push import PushService

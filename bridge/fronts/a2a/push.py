@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
-from bridge.codecs.a2a_lower import lower_task_rpc
+from bridge.codecs.a2a_v03_server import lower_task_v03 as lower_task_rpc
 from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.config import A2AFrontConfig
@@ -254,8 +254,10 @@ class PushService:
     async def _deliver(self, key: tuple[str, str], hook: _Hook) -> None:
         import httpx  # the serve process has it loaded already (the A2A back, metrics)
 
+        from bridge.transport.http import open_client
+
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.cfg.push_timeout_s, follow_redirects=False, trust_env=False)
+            self._client = open_client(connect_timeout_s=self.cfg.push_timeout_s, timeout_s=self.cfg.push_timeout_s)
         try:
             while hook.queue:
                 body = hook.queue[0]

@@ -1,16 +1,19 @@
-"""A2A calls and replies for each dialect (1.0, 0.3) and binding (JSON-RPC, HTTP+JSON), sans-I/O.
+"""The A2A client side's wire: calls and replies for each dialect (1.0, 0.3) and binding, sans-I/O.
 
 `Wire(interface)` builds the HTTP call for an operation (`send`, `get_task`,
 `cancel`, `subscribe`) and decodes what comes back, always into the 1.0 structs of
-`bridge.schema.a2a`: 0.3 replies are lifted here, 1.0 requests lowered here, so
-nothing above this module knows there are two dialects (protocols.md §2.1–2.3).
+`bridge.schema.a2a`: a 0.3 agent's replies are lifted by `bridge.codecs.a2a_v03_client`,
+the message we send lowered by `bridge.codecs.a2a_v03_message`, so nothing above
+this module knows there are two dialects (A2A spec §3 operations, §9 JSON-RPC
+binding, §11 HTTP+JSON binding).
 
 Binding rules followed:
 - JSON-RPC: every call is a POST of a JSON-RPC request to the interface URL; a
   streamed reply is SSE whose every `data:` is a whole JSON-RPC response.
-- HTTP+JSON: REST paths of protocols.md §2.2 (0.3 under `/v1`); a streamed reply is
+- HTTP+JSON: the REST paths of A2A spec §5.3 (0.3 under `/v1`); a streamed reply is
   SSE of bare StreamResponses; errors are an HTTP status + `google.rpc.Status`.
-- 1.0 requests carry `A2A-Version: 1.0` (a request without it is read as 0.3).
+- 1.0 requests carry `A2A-Version: 1.0` (A2A spec §3, service parameters: a request
+  without it is read as 0.3).
 
 Errors: `A2AError` is the agent's own error object (code, reason, message);
 `InvalidResponse` is a reply we cannot read.
@@ -18,48 +21,25 @@ Errors: `A2AError` is the agent's own error object (code, reason, message);
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import msgspec
 
 from bridge.codecs import safejson
+from bridge.codecs.a2a_dialect import Binding, Dialect, Interface
+from bridge.codecs.a2a_v03_client import lift_event_v03, lift_rest_event_v03, lift_rest_task_v03, lift_task_v03
+from bridge.codecs.a2a_v03_message import lift_message_v03, lift_rest_message_v03, lower_message_v03, lower_rest_message_v03
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v
 
 __all__ = [
     "A2AError",
-    "Binding",
-    "Dialect",
     "HttpCall",
-    "Interface",
     "InvalidResponse",
     "Wire",
-    "lift_event_v03",
-    "lift_message_v03",
-    "lift_rest_message_v03",
-    "lift_rest_task_v03",
-    "lift_task_v03",
-    "lower_message_v03",
-    "lower_rest_message_v03",
 ]
 
-
-class Dialect(str, Enum):
-    V1_0 = "1.0"
-    V0_3 = "0.3"
-
-
-class Binding(str, Enum):
-    JSONRPC = "JSONRPC"
-    HTTP_JSON = "HTTP+JSON"
-
-
-class Interface(NamedTuple):
-    url: str
-    dialect: Dialect
-    binding: Binding
 
 
 class HttpCall(NamedTuple):
@@ -149,7 +129,7 @@ class Wire:
         self._headers = {"Content-Type": ctype, "Accept": "application/json"}
         self._stream_headers = {"Content-Type": ctype, "Accept": "text/event-stream"}
         if v10:
-            # Without it a 1.0 server reads the request as 0.3 (protocols.md §2.1).
+            # Without it a 1.0 server reads the request as 0.3 (A2A spec §3, service parameters).
             self._headers[s.A2A_VERSION_HEADER] = self._stream_headers[s.A2A_VERSION_HEADER] = "1.0"
 
     # -- calls ---------------------------------------------------------------------------
@@ -253,13 +233,7 @@ class Wire:
         if self.iface.dialect is Dialect.V1_0:
             event = _decode(_stream, data, what)
         else:
-            r = _decode(_rest_stream03, data, what)
-            event = s.StreamResponse(
-                task=lift_rest_task_v03(r.task) if r.task else None,
-                message=lift_rest_message_v03(r.message) if r.message else None,
-                status_update=_lift_rest_status_event(r.status_update) if r.status_update else None,
-                artifact_update=_lift_rest_artifact_event(r.artifact_update) if r.artifact_update else None,
-            )
+            event = lift_rest_event_v03(_decode(_rest_stream03, data, what))
         if event.task is None and event.message is None and event.status_update is None and event.artifact_update is None:
             err = self.decode_http_error(200, data)
             raise err or InvalidResponse(f"{what} holds none of task, message, statusUpdate, artifactUpdate")
@@ -300,215 +274,3 @@ def _one_of(task: s.Task | None, message: s.Message | None, what: str) -> s.Task
     if message is not None:
         return message
     raise InvalidResponse(f"{what} holds neither a task nor a message")
-
-
-# == 0.3 → 1.0 ======================================================================
-# 0.3 JSON-RPC states are lowercase kebab; the 0.3 proto spells CANCELLED the British way.
-_STATES_V03 = {
-    "submitted": s.TaskState.SUBMITTED,
-    "working": s.TaskState.WORKING,
-    "input-required": s.TaskState.INPUT_REQUIRED,
-    "auth-required": s.TaskState.AUTH_REQUIRED,
-    "completed": s.TaskState.COMPLETED,
-    "canceled": s.TaskState.CANCELED,
-    "failed": s.TaskState.FAILED,
-    "rejected": s.TaskState.REJECTED,
-    "unknown": s.TaskState.UNSPECIFIED,
-}
-_ROLES_V03 = {"user": s.ROLE_USER, "agent": s.ROLE_AGENT}
-
-
-def _rest_state(state: str) -> str:
-    return s.TaskState.CANCELED if state == "TASK_STATE_CANCELLED" else state
-
-
-def _lift_part_v03(p: v.PartV03) -> s.Part:
-    if isinstance(p, v.TextPartV03):
-        return s.Part(text=p.text, metadata=p.metadata)
-    if isinstance(p, v.FilePartV03):
-        f = p.file
-        return s.Part(raw=f.bytes, url=f.uri if f.bytes is None else None, filename=f.name, media_type=f.mime_type, metadata=p.metadata)
-    return s.Part(data=p.data, metadata=p.metadata)
-
-
-def lift_message_v03(m: v.MessageV03) -> s.Message:
-    return s.Message(
-        message_id=m.message_id,
-        role=_ROLES_V03.get(m.role, m.role),
-        parts=[_lift_part_v03(p) for p in m.parts],
-        context_id=m.context_id,
-        task_id=m.task_id,
-        metadata=m.metadata,
-        extensions=m.extensions,
-        reference_task_ids=m.reference_task_ids,
-    )
-
-
-def _lift_status_v03(st: v.TaskStatusV03) -> s.TaskStatus:
-    return s.TaskStatus(
-        state=_STATES_V03.get(st.state, st.state),
-        message=lift_message_v03(st.message) if st.message else None,
-        timestamp=st.timestamp,
-    )
-
-
-def _lift_artifact_v03(a: v.ArtifactV03) -> s.Artifact:
-    return s.Artifact(
-        artifact_id=a.artifact_id,
-        parts=[_lift_part_v03(p) for p in a.parts],
-        name=a.name,
-        description=a.description,
-        metadata=a.metadata,
-        extensions=a.extensions,
-    )
-
-
-def lift_task_v03(t: v.TaskV03) -> s.Task:
-    return s.Task(
-        id=t.id,
-        context_id=t.context_id,
-        status=_lift_status_v03(t.status),
-        artifacts=[_lift_artifact_v03(a) for a in t.artifacts] if t.artifacts is not None else None,
-        history=[lift_message_v03(m) for m in t.history] if t.history is not None else None,
-        metadata=t.metadata,
-    )
-
-
-def lift_event_v03(e: v.StreamResultV03) -> s.StreamResponse:
-    if isinstance(e, v.TaskV03):
-        return s.StreamResponse(task=lift_task_v03(e))
-    if isinstance(e, v.MessageV03):
-        return s.StreamResponse(message=lift_message_v03(e))
-    if isinstance(e, v.TaskStatusUpdateEventV03):
-        return s.StreamResponse(
-            status_update=s.TaskStatusUpdateEvent(
-                task_id=e.task_id, context_id=e.context_id, status=_lift_status_v03(e.status), metadata=e.metadata
-            )
-        )
-    return s.StreamResponse(
-        artifact_update=s.TaskArtifactUpdateEvent(
-            task_id=e.task_id,
-            context_id=e.context_id,
-            artifact=_lift_artifact_v03(e.artifact),
-            append=bool(e.append),
-            last_chunk=bool(e.last_chunk),
-            metadata=e.metadata,
-        )
-    )
-
-
-def _lift_rest_part(p: v.RestPartV03) -> s.Part:
-    if p.file is not None:
-        f = p.file
-        return s.Part(raw=f.file_with_bytes, url=f.file_with_uri, filename=f.name, media_type=f.mime_type, metadata=p.metadata)
-    if p.data is not None:
-        return s.Part(data=p.data.data, metadata=p.metadata)
-    return s.Part(text=p.text or "", metadata=p.metadata)
-
-
-def lift_rest_message_v03(m: v.RestMessageV03) -> s.Message:
-    return s.Message(
-        message_id=m.message_id,
-        role=m.role,
-        parts=[_lift_rest_part(p) for p in m.content],
-        context_id=m.context_id,
-        task_id=m.task_id,
-        metadata=m.metadata,
-        extensions=m.extensions,
-    )
-
-
-def _lift_rest_status(st: v.RestTaskStatusV03) -> s.TaskStatus:
-    return s.TaskStatus(
-        state=_rest_state(st.state),
-        message=lift_rest_message_v03(st.message) if st.message else None,
-        timestamp=st.timestamp,
-    )
-
-
-def _lift_rest_artifact(a: v.RestArtifactV03) -> s.Artifact:
-    return s.Artifact(
-        artifact_id=a.artifact_id,
-        parts=[_lift_rest_part(p) for p in a.parts],
-        name=a.name,
-        description=a.description,
-        metadata=a.metadata,
-        extensions=a.extensions,
-    )
-
-
-def lift_rest_task_v03(t: v.RestTaskV03) -> s.Task:
-    return s.Task(
-        id=t.id,
-        context_id=t.context_id,
-        status=_lift_rest_status(t.status),
-        artifacts=[_lift_rest_artifact(a) for a in t.artifacts] if t.artifacts is not None else None,
-        history=[lift_rest_message_v03(m) for m in t.history] if t.history is not None else None,
-        metadata=t.metadata,
-    )
-
-
-def _lift_rest_status_event(e: v.RestTaskStatusUpdateEventV03) -> s.TaskStatusUpdateEvent:
-    return s.TaskStatusUpdateEvent(task_id=e.task_id, context_id=e.context_id, status=_lift_rest_status(e.status), metadata=e.metadata)
-
-
-def _lift_rest_artifact_event(e: v.RestTaskArtifactUpdateEventV03) -> s.TaskArtifactUpdateEvent:
-    return s.TaskArtifactUpdateEvent(
-        task_id=e.task_id,
-        context_id=e.context_id,
-        artifact=_lift_rest_artifact(e.artifact),
-        append=e.append,
-        last_chunk=e.last_chunk,
-        metadata=e.metadata,
-    )
-
-
-# == 1.0 → 0.3 (what we send) =======================================================
-
-
-def _lower_part_v03(p: s.Part) -> v.PartV03:
-    if p.raw is not None or p.url is not None:
-        f = v.FileContentV03(bytes=p.raw, uri=p.url if p.raw is None else None, mime_type=p.media_type, name=p.filename)
-        return v.FilePartV03(file=f, metadata=p.metadata)
-    if p.data is not msgspec.UNSET:
-        # 0.3 data parts hold an object; a bare JSON value is wrapped.
-        data = p.data if isinstance(p.data, dict) else {"value": p.data}
-        return v.DataPartV03(data=data, metadata=p.metadata)
-    return v.TextPartV03(text=p.text or "", metadata=p.metadata)
-
-
-def lower_message_v03(m: s.Message) -> v.MessageV03:
-    return v.MessageV03(
-        message_id=m.message_id,
-        role="user" if m.role == s.ROLE_USER else "agent",
-        parts=[_lower_part_v03(p) for p in m.parts],
-        context_id=m.context_id,
-        task_id=m.task_id,
-        metadata=m.metadata,
-        extensions=m.extensions,
-        reference_task_ids=m.reference_task_ids,
-    )
-
-
-def _lower_rest_part(p: s.Part) -> v.RestPartV03:
-    if p.raw is not None or p.url is not None:
-        f = v.RestFilePartV03(
-            file_with_bytes=p.raw, file_with_uri=p.url if p.raw is None else None, mime_type=p.media_type, name=p.filename
-        )
-        return v.RestPartV03(file=f, metadata=p.metadata)
-    if p.data is not msgspec.UNSET:
-        data = p.data if isinstance(p.data, dict) else {"value": p.data}
-        return v.RestPartV03(data=v.RestDataPartV03(data=data), metadata=p.metadata)
-    return v.RestPartV03(text=p.text or "", metadata=p.metadata)
-
-
-def lower_rest_message_v03(m: s.Message) -> v.RestMessageV03:
-    return v.RestMessageV03(
-        message_id=m.message_id,
-        role=m.role,
-        content=[_lower_rest_part(p) for p in m.parts],
-        context_id=m.context_id,
-        task_id=m.task_id,
-        metadata=m.metadata,
-        extensions=m.extensions,
-    )

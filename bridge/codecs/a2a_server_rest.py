@@ -1,6 +1,6 @@
-"""HTTP+JSON requests of the A2A server, sans-I/O: paths, bodies and queries as 1.0 request structs.
+"""HTTP+JSON requests of the A2A server side, sans-I/O: paths, bodies and queries as 1.0 request structs.
 
-The operation comes from the path (protocols.md §2.2; 0.3 paths under `/v1`), the
+The operation comes from the path (A2A spec §5.3, §11; 0.3 paths under `/v1`), the
 dialect from the `A2A-Version` header (checked against the path by the front). GET
 operations take their parameters from the path and the query (camelCase, or
 snake_case); bodies are decoded like JSON-RPC params. a2a-sdk's 0.3 client writes
@@ -17,8 +17,10 @@ from urllib.parse import parse_qs
 import msgspec
 
 from bridge.codecs import safejson
-from bridge.codecs.a2a_server import DECODERS, A2AFault, decode_json, lift_push_v03
-from bridge.codecs.a2a_wire import Dialect, lift_rest_message_v03
+from bridge.codecs.a2a_dialect import Dialect
+from bridge.codecs.a2a_server import DECODERS, A2AFault, decode_json
+from bridge.codecs.a2a_v03_message import lift_rest_message_v03
+from bridge.codecs.a2a_v03_server import lift_push_v03
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v
 
