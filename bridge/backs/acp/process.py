@@ -40,7 +40,7 @@ from bridge.transport.procgroup import describe_exit, kill_group
 from bridge.codecs import safejson
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines, error_response, parse
 from bridge.codecs.ndjson import LineReader, Oversized
-from bridge.config import AcpBack
+from bridge.backs.acp.config import AcpBackConfig as AcpBack
 from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, FrameTooLarge, MethodNotFound, NotFound
 from bridge.schema import acp
 from bridge.schema.jsonrpc import Notification, Request, Response

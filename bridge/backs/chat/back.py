@@ -36,7 +36,7 @@ from bridge.codecs.numbers import small_int
 from bridge.errors import BackError, BackUnavailable
 
 if TYPE_CHECKING:
-    from bridge.config import ChatBack as ChatConfig
+    from bridge.backs.chat.config import ChatBackConfig as ChatConfig
     from bridge.config import Route
 
 __all__ = ["ChatBack", "run_options", "where"]
@@ -202,6 +202,9 @@ class ChatBack:
         from bridge.backs.chat.turn import ChatSession  # the turn logic needs this module first
 
         return ChatSession(self, ctx)
+
+    async def ready(self) -> None:
+        """The platform is reached per session: nothing to look up first."""
 
     async def probe(self, *, deep: bool) -> str:
         """`doctor` and `/readyz`: connect and authenticate, then leave."""

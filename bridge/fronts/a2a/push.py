@@ -39,7 +39,7 @@ import trio
 from bridge.codecs.a2a_lower import lower_task_rpc
 from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
-from bridge.config import A2AFrontConfig
+from bridge.fronts.a2a.config import A2AFrontConfig
 from bridge.errors import InvalidParams, NotFound
 from bridge.fronts.a2a.read import a2a_meta, task_meta
 from bridge.fronts.a2a.tasks import TaskService

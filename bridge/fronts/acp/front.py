@@ -37,6 +37,7 @@ from bridge.codecs.jsonrpc import (
 )
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
+from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.core.content import TextContent
 from bridge.core.events import (
     CommandsAvailable,
@@ -139,7 +140,7 @@ class AcpConnection:
         self.config = config
         self.route_name = route
         self.route: Route = config.routes[route]
-        self.outbox = Outbox(config.acp.outbox_max_events)
+        self.outbox = Outbox(config.section(AcpFrontConfig).outbox_max_events)
         self.outgoing = Outgoing()
         self._replies: dict[Any, tuple[trio.Event, list[Reply]]] = {}
         self._asked: dict[str, Any] = {}  # question id → our request id
@@ -188,7 +189,7 @@ class AcpConnection:
                 session.cancel()
 
     async def _reader(self) -> None:
-        lines = LineReader(self.config.acp.max_frame_bytes)
+        lines = LineReader(self.config.section(AcpFrontConfig).max_frame_bytes)
         while True:
             try:
                 data = await self.receive.receive_some(65536)
@@ -235,7 +236,7 @@ class AcpConnection:
     # -- dispatch ---------------------------------------------------------------------
     async def _handle_frame(self, frame: bytes | Oversized) -> None:
         if isinstance(frame, Oversized):
-            limit = self.config.acp.max_frame_bytes
+            limit = self.config.section(AcpFrontConfig).max_frame_bytes
             log.warning("ACP frame of %d bytes over max_frame_bytes %d dropped", frame.size, limit)
             self._fail(None, FrameTooLarge(f"frame of {frame.size} bytes exceeds max_frame_bytes ({limit})"))
             return
@@ -315,7 +316,7 @@ class AcpConnection:
         self._asked[question_id] = req.id
         self.outbox.put(req)
         try:
-            with trio.move_on_after(self.config.acp.request_timeout_s):
+            with trio.move_on_after(self.config.section(AcpFrontConfig).request_timeout_s):
                 await slot[0].wait()
         finally:
             self._replies.pop(req.id, None)
@@ -328,9 +329,7 @@ class AcpConnection:
         self.initialized = True
         self.client_caps = p.client_capabilities or acp.ClientCapabilities()
         back = self.manager.back_for(self.route_name)
-        ready = getattr(back, "ready", None)  # a back that looks its agent up first (an A2A card)
-        if ready is not None:
-            await ready()
+        await back.ready()  # a back that looks its agent up first (an A2A card)
         auth = self.route.acp_auth
         return acp.InitializeResult(
             # We speak v1; a client asking for more gets 1 and decides (protocols.md §1.2).
@@ -600,7 +599,7 @@ class _EditorServices:
         conn._replies[req.id] = slot
         conn.outbox.put(req)
         try:
-            with trio.move_on_after(conn.config.acp.request_timeout_s):
+            with trio.move_on_after(conn.config.section(AcpFrontConfig).request_timeout_s):
                 await slot[0].wait()
         finally:
             conn._replies.pop(req.id, None)

@@ -27,7 +27,7 @@ import msgspec
 import trio
 
 from bridge.codecs.chat import ChatProjector, commands_frame
-from bridge.config import WsFrontConfig
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.core.events import CommandsAvailable, Event, TurnEnded
 from bridge.errors import NotFound
 from bridge.schema.chat import RunOptions, TurnProjection

@@ -43,6 +43,7 @@ import trio
 from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
 from bridge.config import Config
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.errors import (
     AuthRequired,
     BridgeError,
@@ -120,7 +121,7 @@ class WsFront:
     """The `/ws` handler; one per daemon, shared by every connection."""
 
     def __init__(self, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
-        self.cfg = config.ws
+        self.cfg = config.section(WsFrontConfig)
         self.manager = manager
         self.streams = streams
         self.access = access
