@@ -22,9 +22,10 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
+
+import msgspec
 
 from bridge.errors import ConfigError
 
@@ -38,8 +39,7 @@ _RESERVED_SECTIONS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class SecretRefs:
+class SecretRefs(msgspec.Struct, frozen=True, kw_only=True):
     """Where a config's secrets are: environment variable names, files (a relative one
     is looked up in $CREDENTIALS_DIRECTORY under systemd), and literal values. Every
     value found is registered for log redaction (bridge/reload.py)."""
@@ -49,8 +49,7 @@ class SecretRefs:
     values: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class BackKind:
+class BackKind(msgspec.Struct, frozen=True, kw_only=True):
     """A back: what runs a route's turns."""
 
     kind: str  # `kind = "..."` in [routes.NAME.back]
@@ -59,8 +58,7 @@ class BackKind:
     secrets: Callable[[Any], SecretRefs] | None = None  # of one config of this kind
 
 
-@dataclass(frozen=True)
-class FrontKind:
+class FrontKind(msgspec.Struct, frozen=True, kw_only=True):
     """A front: where clients connect."""
 
     name: str  # the events-relayed metric label (a Subscriber's `protocol`), and by default its section
@@ -87,17 +85,17 @@ class FrontKind:
         return self.section or self.name
 
 
-@dataclass(frozen=True)
 class Protocols:
     """The backs and fronts one configuration can use: the built-ins plus its plugins."""
 
-    backs: Mapping[str, BackKind]
-    fronts: Mapping[str, FrontKind]
-    back_union: Any = field(init=False, compare=False)  # the route `back` type for msgspec
+    __slots__ = ("back_union", "backs", "fronts")
 
-    def __post_init__(self) -> None:
-        configs = tuple(k.config for k in self.backs.values())
-        object.__setattr__(self, "back_union", functools.reduce(lambda a, b: a | b, configs) if configs else None)
+    def __init__(self, backs: Mapping[str, BackKind], fronts: Mapping[str, FrontKind]) -> None:
+        self.backs = backs
+        self.fronts = fronts
+        configs = [k.config for k in backs.values()]
+        # The route `back` type msgspec decodes: a union of `kind`-tagged Structs.
+        self.back_union: Any = functools.reduce(lambda a, b: a | b, configs) if configs else None
 
 
 # Every BackKind ever loaded in this process, by its config Struct (for make_back).
