@@ -4,6 +4,12 @@ Unknown keys and bad values are rejected with their `$.path`. `load_config` coll
 every problem it can find (each route is checked on its own) and raises one
 `ConfigError` listing them all, so `agent-bridge check-config` can print them together.
 Units are in the names (`_s`, `_bytes`).
+
+What this module knows is what is not a protocol's: routes, `[server]`, `[store]`,
+`[daemon]`, prompts. A back's settings (`[routes.NAME.back]`, tagged by `kind`) and a
+front's (`[NAME]`, `[routes.R.NAME]`) are Structs declared by their packages and found
+through the protocol registry (bridge/registry.py), after the modules named in
+`plugins` are imported. Read a front's section with `config.section(TheStruct)`.
 """
 
 from __future__ import annotations
@@ -11,50 +17,45 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
+from bridge import registry
 from bridge.errors import ConfigError
-from bridge.prompts.config import McpFrontConfig, PromptSource, PromptTemplate, check_prompts
+from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
 
 __all__ = [
-    "A2ABack",
-    "A2AFrontConfig",
-    "A2ARouteConfig",
-    "A2ASkill",
     "AcpAuth",
-    "AcpBack",
-    "AcpMcpServer",
-    "AcpFrontConfig",
-    "BackConfig",
-    "ChatBack",
     "Config",
+    "ConfigStruct",
     "DaemonConfig",
-    "DemoBack",
-    "EnvFrom",
     "OptionValue",
+    "PositiveSeconds",
     "Route",
     "RouteOption",
     "ServerConfig",
     "StoreConfig",
-    "WsFrontConfig",
     "default_config_path",
+    "hidden_values",
     "listen_address",
     "load_config",
     "parse_config",
+    "read_secret",
 ]
 
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_T = TypeVar("_T")
 
 
-class _Conf(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    pass
+class ConfigStruct(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The base of every config Struct, a protocol's included (STYLE.md rules 8 and 20)."""
 
 
-def _read_secret(env: str | None, file: str | None) -> str | None:
+def read_secret(env: str | None, file: str | None) -> str | None:
     """`env`'s value, else `file`'s content (relative: in $CREDENTIALS_DIRECTORY under
     systemd); None if neither yields one."""
     if env:
@@ -70,190 +71,25 @@ def _read_secret(env: str | None, file: str | None) -> str | None:
     return None
 
 
-class DemoBack(_Conf, tag="demo", tag_field="kind"):
-    """The built-in scripted agent (README: "The demo agent")."""
-
-    chunk_delay_s: Annotated[float, msgspec.Meta(ge=0)] = 0.02
-    slow_duration_s: PositiveSeconds = 5.0
+def hidden_values(values: Mapping[str, Any]) -> str:
+    """A mapping for a `repr`, its values hidden: they may be secrets (STYLE.md rule 21)."""
+    return "{" + ", ".join(f"{k!r}: <hidden>" for k in values) + "}"
 
 
-class EnvFrom(_Conf):
-    """A value taken from the bridge's environment when the agent starts (never logged)."""
-
-    env: str
-
-
-def _hidden(values: dict[str, Any]) -> str:
-    return "{" + ", ".join(f"{k!r}: {v!r}" if isinstance(v, EnvFrom) else f"{k!r}: <hidden>" for k, v in values.items()) + "}"
+def _section(found: Mapping[str, Any], typ: type[_T]) -> _T:
+    for value in found.values():
+        if type(value) is typ:
+            return value  # type: ignore[no-any-return]
+    return typ()  # a Struct built by hand (tests) without its protocols' sections
 
 
-class AcpMcpServer(_Conf):
-    """An MCP server handed to the agent in `session/new` (protocols.md §1.4, McpServer)."""
-
-    name: str
-    type: Literal["stdio", "http", "sse"] = "stdio"
-    command: str | None = None
-    args: list[str] = []
-    env: dict[str, str | EnvFrom] = {}
-    url: str | None = None
-    headers: dict[str, str | EnvFrom] = {}
-
-    def __post_init__(self) -> None:
-        if self.type == "stdio" and not self.command:
-            raise ValueError(f"MCP server {self.name!r}: a stdio server needs a command")
-        if self.type != "stdio" and not self.url:
-            raise ValueError(f"MCP server {self.name!r}: an {self.type} server needs a url")
-
-    def __repr__(self) -> str:  # env and header values may be secrets (STYLE.md rule 21)
-        return f"AcpMcpServer(name={self.name!r}, type={self.type!r}, env={_hidden(self.env)}, headers={_hidden(self.headers)})"
-
-
-class AcpBack(_Conf, tag="acp", tag_field="kind"):
-    """A coding agent that speaks ACP, spawned as a subprocess (bridge/backs/acp/back.py)."""
-
-    command: Annotated[list[str], msgspec.Meta(min_length=1)]
-    # Set for the agent: a literal value, or {env = "NAME"} to pass on one of ours.
-    env: dict[str, str | EnvFrom] = {}
-    # False: the agent sees only PATH, HOME, USER, LANG and the like, plus `env`.
-    inherit_env: bool = False
-    cwd: str | None = None  # the agent's working directory; default: the session's
-    mcp_servers: list[AcpMcpServer] = []
-    multiplex: bool = False  # one agent process serves every session of the route
-    auth_method: str | None = None  # `authenticate` with this methodId after initialize
-    permissions: Literal["ask", "allow_read", "deny"] = "ask"
-    # Without an ACP editor offering them: serve fs/* inside `cwd` (read, or read and
-    # write), and terminal/* there, keeping at most terminal_output_bytes per terminal.
-    fs: Literal["off", "read", "cwd"] = "off"
-    terminal: bool = False
-    terminal_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
-    max_terminals: Annotated[int, msgspec.Meta(ge=1)] = 8
-    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
-    startup_timeout_s: PositiveSeconds = 60.0  # initialize + session/new (or load)
-    request_timeout_s: PositiveSeconds = 30.0  # set_config_option, set_mode, session/close
-    kill_grace_s: PositiveSeconds = 3.0  # SIGTERM → SIGKILL for the agent's process group
-    # fs/read_text_file and fs/write_text_file served by the bridge: each is bounded by
-    # this long (a file that blocks, such as a FIFO, is refused before it is opened).
-    fs_timeout_s: PositiveSeconds = 10.0
-
-    def __post_init__(self) -> None:
-        if self.cwd is not None and not os.path.isabs(self.cwd):
-            raise ValueError(f"cwd must be an absolute path, got {self.cwd!r}")
-        if (self.fs != "off" or self.terminal) and self.cwd is None:
-            raise ValueError("fs and terminal are served inside cwd: set cwd")
-
-    def __repr__(self) -> str:
-        return f"AcpBack(command={self.command!r}, env={_hidden(self.env)}, cwd={self.cwd!r}, multiplex={self.multiplex})"
-
-
-class A2ABack(_Conf, tag="a2a", tag_field="kind"):
-    """A remote A2A agent, 1.0 or 0.3, over JSON-RPC or HTTP+JSON (bridge/backs/a2a/back.py).
-
-    Secrets are named, never written here: `token_env` / `token_file` are read when a
-    call is made; a relative `token_file` is looked up in $CREDENTIALS_DIRECTORY
-    (systemd LoadCredential=) when that is set.
-    """
-
-    url: str | None = None  # the agent; its card is read from {url}/.well-known/agent-card.json
-    card_url: str | None = None  # or: the card itself
-    dialect: Literal["auto", "1.0", "0.3"] = "auto"
-    binding: Literal["auto", "jsonrpc", "http+json"] = "auto"
-    token_env: str | None = None
-    token_file: str | None = None
-    # Send the token raw in this header, whatever the card's security scheme says.
-    auth_header: str | None = None
-    # Other origins (scheme://host:port) the card may send calls to with the token.
-    auth_origins: list[str] = []
-    headers: dict[str, str] = {}  # sent with every call
-    ca_file: str | None = None  # PEM bundle to trust instead of the system's CAs
-    connect_timeout_s: PositiveSeconds = 10.0
-    first_event_timeout_s: PositiveSeconds = 60.0  # a call's first answer or event
-    idle_timeout_s: PositiveSeconds = 300.0  # silence on a stream before it counts as broken
-    return_immediately: bool = True  # without streaming: send, then poll GetTask
-    poll_interval_s: PositiveSeconds = 1.0  # the longest wait between two GetTask polls
-    resume_attempts: Annotated[int, msgspec.Meta(ge=0)] = 5
-    card_ttl_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0  # when the agent sends no Cache-Control
-    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 16
-    max_event_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.card_url is None):
-            raise ValueError("set exactly one of url and card_url")
-        for u in (self.url, self.card_url, *self.auth_origins):
-            if u is not None and not re.match(r"^https?://[^/\s]+", u):
-                raise ValueError(f"{u!r} is not an http:// or https:// URL")
-        if self.token_env and self.token_file:
-            raise ValueError("set token_env or token_file, not both")
-        if self.auth_header and not (self.token_env or self.token_file):
-            raise ValueError("auth_header needs token_env or token_file")
-        for name, value in self.headers.items():
-            # Values are not quoted back: they may be secrets after all.
-            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name) or not (value.isprintable() and value.isascii()):
-                raise ValueError(f"headers: {name!r} is not a valid header name, or its value holds control characters")
-
-    def __repr__(self) -> str:
-        return f"A2ABack(url={self.url!r}, card_url={self.card_url!r}, headers={_hidden(self.headers)})"
-
-
-class ChatBack(_Conf, tag="chat", tag_field="kind"):
-    """A remote agent platform on the chat event stream (bridge/backs/chat/back.py): another
-    agent-bridge's `/ws` (dialect "ws") or Blade's Socket.IO API (dialect "socketio",
-    Engine.IO v4 over WebSocket only), protocols.md §4.
-
-    Secrets are named, never written here: `token_env` / `token_file` are read when a
-    connection is made (a relative `token_file` in $CREDENTIALS_DIRECTORY when set).
-    """
-
-    # ws:// or wss:// (http:// and https:// mean the same); for "socketio" the Socket.IO
-    # path, e.g. wss://host/socket.io/
-    url: str
-    dialect: Literal["ws", "socketio"] = "ws"
-    # POST /api/sessions and GET /api/sessions/{id}/messages live here; default: url's origin.
-    rest_url: str | None = None
-    token_env: str | None = None
-    token_file: str | None = None
-    namespace: str = "/"  # the Socket.IO namespace
-    # Merged into the POST /api/sessions body (e.g. {route = "demo"} for an agent-bridge peer).
-    session_params: dict[str, str | int | float | bool] = {}
-    ca_file: str | None = None  # PEM bundle to trust instead of the system's CAs
-    connect_timeout_s: PositiveSeconds = 10.0  # connect, handshake and subscribe
-    request_timeout_s: PositiveSeconds = 30.0  # one REST call
-    first_event_timeout_s: PositiveSeconds = 60.0  # chat:send until the run's first frame
-    idle_timeout_s: PositiveSeconds = 300.0  # silence in a running run before the turn fails
-    # "ws": our WebSocket pings (a pong must come back within the interval); None: none.
-    # "socketio" follows the server's own pingInterval/pingTimeout.
-    ping_interval_s: PositiveSeconds | None = 30.0
-    reconnect_attempts: Annotated[int, msgspec.Meta(ge=0)] = 5
-    reconnect_backoff_s: PositiveSeconds = 0.25  # doubled after each failed attempt
-    reconnect_max_backoff_s: PositiveSeconds = 5.0
-    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
-    # Frames read ahead of the turn; when full, reading pauses (backpressure on the socket).
-    queue_max_frames: Annotated[int, msgspec.Meta(ge=16)] = 1024
-
-    def __post_init__(self) -> None:
-        if not re.match(r"^(wss?|https?)://[^/\s]+", self.url):
-            raise ValueError(f"url: {self.url!r} is not a ws://, wss://, http:// or https:// URL")
-        if self.rest_url is not None and not re.match(r"^https?://[^/\s]+", self.rest_url):
-            raise ValueError(f"rest_url: {self.rest_url!r} is not an http:// or https:// URL")
-        if self.token_env and self.token_file:
-            raise ValueError("set token_env or token_file, not both")
-        if not self.namespace.startswith("/") or "," in self.namespace:
-            raise ValueError(f"namespace: {self.namespace!r} must start with '/' and hold no ','")
-
-    def __repr__(self) -> str:
-        url = self.url.partition("?")[0]  # a query may carry a key
-        return f"ChatBack(url={url!r}, dialect={self.dialect!r}, session_params={_hidden(self.session_params)})"
-
-
-BackConfig = DemoBack | AcpBack | A2ABack | ChatBack
-
-
-class OptionValue(_Conf):
+class OptionValue(ConfigStruct):
     value: str
     name: str
     description: str | None = None
 
 
-class RouteOption(_Conf):
+class RouteOption(ConfigStruct):
     """A select option the user can change per session (ACP config option / mode)."""
 
     id: str
@@ -264,7 +100,7 @@ class RouteOption(_Conf):
     category: str | None = None  # "mode" also makes it the ACP session mode
 
 
-class AcpAuth(_Conf):
+class AcpAuth(ConfigStruct):
     """ACP `authenticate`: the route is usable once the named variable is set."""
 
     token_env: str
@@ -273,63 +109,15 @@ class AcpAuth(_Conf):
     description: str | None = None
 
 
-class A2ASkill(_Conf):
-    """An A2A `AgentSkill` written on a route's agent card (protocols.md §2.5)."""
 
-    id: str
-    name: str
-    description: str = ""
-    tags: list[str] = []
-    examples: list[str] = []
-
-
-class A2ARouteConfig(_Conf):
-    """`[routes.NAME.a2a]`: the route as an A2A agent at `/a2a/NAME` (bridge/fronts/a2a/front.py).
-
-    A token is named, never written here: `token_env` / `token_file` are read when the
-    daemon starts (a relative file in $CREDENTIALS_DIRECTORY under systemd). With
-    one, every A2A call needs it (`Authorization: Bearer`, or the `api_key_header`),
-    and the card says so; a configured token that cannot be read refuses every call.
-    """
-
-    expose: bool = True
-    token_env: str | None = None
-    token_file: str | None = None
-    api_key_header: str | None = None
-    skills: list[A2ASkill] = []  # beside the skills made from the back's commands
-    # GetExtendedAgentCard (needs a token): the public card plus these skills.
-    extended_card: bool = False
-    extended_skills: list[A2ASkill] = []
-    provider_organization: str | None = None
-    provider_url: str | None = None
-    documentation_url: str | None = None
-    icon_url: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.token_env and self.token_file:
-            raise ValueError("set token_env or token_file, not both")
-        if (self.api_key_header or self.extended_card) and not (self.token_env or self.token_file):
-            raise ValueError("api_key_header and extended_card need token_env or token_file")
-        if self.api_key_header and not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", self.api_key_header):
-            raise ValueError(f"api_key_header: {self.api_key_header!r} is not a header name")
-
-    @property
-    def token_required(self) -> bool:
-        return bool(self.token_env or self.token_file)
-
-    def token(self) -> str | None:
-        """The token (`token_env`'s value, else `token_file`'s content); None if none can be read."""
-        return _read_secret(self.token_env, self.token_file)
-
-
-class Route(_Conf):
-    back: BackConfig
+class Route(ConfigStruct):
+    # The back's own Struct, `kind`-tagged (bridge/registry.py, BackKind.config).
+    back: Any
     title: str | None = None
     description: str | None = None
     version: str = "1.0.0"
     options: list[RouteOption] = []
     acp_auth: AcpAuth | None = None
-    a2a: A2ARouteConfig = A2ARouteConfig()
     # An unanswered question is answered "reject" after this long (never "allow").
     question_timeout_s: PositiveSeconds = 300.0
     # After a cancel, how long the back gets to stop before it is cut off.
@@ -351,16 +139,15 @@ class Route(_Conf):
     prompt_sources: list[PromptSource] = []
     shared_prompts: bool = True
 
+    # `[routes.NAME.<front>]`, by front name (filled by `parse_config`; FrontKind.route_config).
+    front_settings: dict[str, Any] = {}
 
-class AcpFrontConfig(_Conf):
-    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 8 * 1024 * 1024
-    # Events waiting for the editor before the back is paused (backpressure).
-    outbox_max_events: Annotated[int, msgspec.Meta(ge=16)] = 8192
-    # A request to the editor (permission, elicitation) not answered by then fails.
-    request_timeout_s: PositiveSeconds = 600.0
+    def section(self, typ: type[_T]) -> _T:
+        """This route's settings for a front (`route.section(A2ARouteConfig)`); its defaults when unset."""
+        return _section(self.front_settings, typ)
 
 
-class ServerConfig(_Conf):
+class ServerConfig(ConfigStruct):
     """The daemon's one HTTP listener (`agent-bridge serve`)."""
 
     listen: str = "127.0.0.1:8765"  # host:port; port 0 lets the OS choose
@@ -395,10 +182,10 @@ class ServerConfig(_Conf):
     def admin_token(self) -> str | None:
         """The operators' token: `admin_token_env`'s value if set, else `admin_token_file`'s
         content; None when neither yields one (then every admin request is refused)."""
-        return _read_secret(self.admin_token_env, None) or _read_secret(None, self.admin_token_file)
+        return read_secret(self.admin_token_env, None) or read_secret(None, self.admin_token_file)
 
 
-class DaemonConfig(_Conf):
+class DaemonConfig(ConfigStruct):
     """`agent-bridge serve` as a service: the ACP unix socket, reload and shutdown, health."""
 
     # The ACP front's unix socket (`agent-bridge acp --connect`): true = the default path
@@ -433,132 +220,45 @@ class DaemonConfig(_Conf):
             raise ValueError("acp_socket: a unix socket path is at most 107 bytes")
 
 
-class StoreConfig(_Conf):
+class StoreConfig(ConfigStruct):
     state_dir: str | None = None  # default: $XDG_STATE_HOME/agent-bridge
     flush_interval_s: PositiveSeconds = 0.05
 
 
-class WsFrontConfig(_Conf):
-    """The chat event stream front: `/ws` (WebSocket) and `/api/sessions` (REST).
 
-    The bearer token is read from an environment variable or a file, never written
-    in the config and never logged; with neither configured, no token is asked for.
-    """
-
-    token_env: str | None = None
-    token_file: str | None = None
-    # Browser origins allowed to connect ("*" allows any); requests without an Origin
-    # header (not from a browser) are allowed, the token still applies.
-    allowed_origins: list[str] = []
-    # The largest client frame; a larger one gets `system:error` and close 1009.
-    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
-    # Client frames per second per connection, and the burst allowed above that rate.
-    max_messages_per_s: Annotated[float, msgspec.Meta(gt=0)] = 50.0
-    message_burst: Annotated[int, msgspec.Meta(ge=1)] = 200
-    # Frames waiting for one client. Over this the client is disconnected (close 4008,
-    # "slow consumer"); the back is never paused for a WebSocket client.
-    queue_max_frames: Annotated[int, msgspec.Meta(ge=16)] = 8192
-    # A client that has not accepted a write for this long while frames wait is
-    # disconnected the same way.
-    slow_client_timeout_s: PositiveSeconds = 10.0
-    # Without an Authorization header, the first frame must carry `auth.token` within this.
-    auth_timeout_s: PositiveSeconds = 10.0
-    max_subscriptions: Annotated[int, msgspec.Meta(ge=1)] = 100
-    # A text or thinking block ends at this many characters (the next chunk opens a new one).
-    block_max_chars: Annotated[int, msgspec.Meta(ge=64)] = 2048
-    # WebSocket pings keep idle connections (and NATs) alive; None: no pings.
-    ping_interval_s: PositiveSeconds | None = 30.0
-    # permessage-deflate costs ~300 KiB per connection in zlib state; off by default.
-    permessage_deflate: bool = False
-    # Write every waiting frame in one socket write (hypercorn's WebSocket stream);
-    # false: one ASGI `websocket.send` per frame.
-    batch_writes: bool = True
-
-    @property
-    def token_required(self) -> bool:
-        return self.token_env is not None or self.token_file is not None
-
-    def token(self) -> str | None:
-        """The token: `token_env`'s value if set, else `token_file`'s content; None if neither yields one.
-
-        Read at start-up, like `acp_auth`: a configured but missing token refuses
-        every client (fail closed) rather than serving without one.
-        """
-        if self.token_env is not None and os.environ.get(self.token_env):
-            return os.environ[self.token_env]
-        if self.token_file is not None:
-            try:
-                return Path(self.token_file).read_text(encoding="utf-8").strip() or None
-            except OSError:
-                return None
-        return None
-
-
-class A2AFrontConfig(_Conf):
-    """`[a2a]`: the A2A front, every route as an A2A agent at `/a2a/{route}` (bridge/fronts/a2a/front.py)."""
-
-    # The route whose card is served at /.well-known/agent-card.json; default: the
-    # top-level `default_route`, else the only route.
-    default_route: str | None = None
-    # The base URL written in agent cards (behind a proxy); default: the request's own.
-    public_url: str | None = None
-    card_max_age_s: Annotated[int, msgspec.Meta(ge=0)] = 300
-    # Webhook hosts push notifications may go to: "host", "host:port", "*.example.com",
-    # or "*" for any. Empty: push notifications are off (the card says so).
-    push_allowed_hosts: list[str] = []
-    push_max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 5
-    push_backoff_s: PositiveSeconds = 0.5  # before the first retry; doubled each time
-    push_max_backoff_s: PositiveSeconds = 30.0
-    push_timeout_s: PositiveSeconds = 10.0
-    push_max_configs: Annotated[int, msgspec.Meta(ge=1)] = 10  # per task
-    # Notifications waiting for one webhook; over this the oldest are dropped (logged).
-    push_queue_max: Annotated[int, msgspec.Meta(ge=16)] = 256
-    # Events waiting for one SSE client; over this the stream is closed (its task goes on).
-    stream_queue_max_events: Annotated[int, msgspec.Meta(ge=16)] = 8192
-    heartbeat_s: PositiveSeconds = 15.0  # a `: keepalive` comment on a quiet stream
-    # A session the A2A front opened is closed (its agent freed) after this long with no
-    # task running or waiting for input; a later message on its context reopens it.
-    idle_close_s: PositiveSeconds = 300.0
-    # At most this many such idle sessions stay open (the longest idle is closed first):
-    # memory stays bounded when every message opens a new context.
-    max_idle_sessions: Annotated[int, msgspec.Meta(ge=0)] = 64
-
-    def __post_init__(self) -> None:
-        if self.public_url is not None and not re.match(r"^https?://[^/\s]+", self.public_url):
-            raise ValueError(f"public_url: {self.public_url!r} is not an http:// or https:// URL")
-        for host in self.push_allowed_hosts:
-            if not re.fullmatch(r"\*|(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?", host):
-                raise ValueError(f"push_allowed_hosts: {host!r} is not a host, host:port or *.domain")
-
-
-class Config(_Conf):
+class Config(ConfigStruct):
     routes: dict[str, Route]
     default_route: str | None = None
-    acp: AcpFrontConfig = AcpFrontConfig()
-    ws: WsFrontConfig = WsFrontConfig()
-    a2a: A2AFrontConfig = A2AFrontConfig()
+    # Modules declaring more backs and fronts (bridge/registry.py), imported before the routes are read.
+    plugins: list[str] = []
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
     daemon: DaemonConfig = DaemonConfig()
-    mcp: McpFrontConfig = McpFrontConfig()
     # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Each front's `[name]` section, by name (filled by `parse_config`; FrontKind.config).
+    front_sections: dict[str, Any] = {}
 
-    def route(self, name: str) -> Route:
-        return self.routes[name]
+    def section(self, typ: type[_T]) -> _T:
+        """A front's section (`config.section(WsFrontConfig)`); its defaults when absent."""
+        return _section(self.front_sections, typ)
+
+    @property
+    def protocols(self) -> registry.Protocols:
+        """The backs and fronts this configuration can use: the built-ins and its plugins."""
+        return registry.load(self.plugins)
 
 
 _SECTIONS: dict[str, Any] = {
-    "a2a": A2AFrontConfig,
-    "acp": AcpFrontConfig,
     "daemon": DaemonConfig,
-    "mcp": McpFrontConfig,
     "server": ServerConfig,
     "store": StoreConfig,
-    "ws": WsFrontConfig,
 }
+# Filled by parse_config: a key written here in TOML is an unknown key.
+_DERIVED_CONFIG_KEY = "front_sections"
+_DERIVED_ROUTE_KEY = "front_settings"
 
 
 def _problem(path: str, exc: msgspec.ValidationError) -> str:
@@ -591,8 +291,49 @@ def _check_route(name: str, route: Route) -> list[str]:
     return problems
 
 
+def _decode_route(name: str, body: Any, protocols: registry.Protocols) -> tuple[Route | None, list[str]]:
+    """One route: the Route Struct, then its back with the registry's union of back
+    Structs, then each front's `[routes.NAME.<front>]` table."""
+    where = f"$.routes.{name}"
+    fronts = {f.key: f.route_config for f in protocols.fronts.values() if f.route_config is not None}
+    settings_raw: dict[str, Any] = {}
+    if isinstance(body, dict):
+        if _DERIVED_ROUTE_KEY in body:
+            return None, [f"{where}.{_DERIVED_ROUTE_KEY}: unknown key"]
+        settings_raw = {key: body[key] for key in fronts if key in body}
+        body = {k: v for k, v in body.items() if k not in settings_raw}
+    try:
+        route = msgspec.convert(body, Route)
+    except msgspec.ValidationError as exc:
+        return None, [_problem(where, exc)]
+    problems: list[str] = []
+    back: Any = None
+    try:
+        back = msgspec.convert(route.back, protocols.back_union)
+    except msgspec.ValidationError as exc:
+        problems.append(_problem(f"{where}.back", exc))
+    settings: dict[str, Any] = {}
+    for key, typ in fronts.items():
+        try:
+            settings[key] = msgspec.convert(settings_raw[key], typ) if key in settings_raw else typ()
+        except msgspec.ValidationError as exc:
+            problems.append(_problem(f"{where}.{key}", exc))
+    if problems:
+        return None, problems
+    route = msgspec.structs.replace(route, back=back, front_settings=settings)
+    return route, _check_route(name, route)
+
+
 def parse_config(raw: dict[str, Any]) -> Config:
-    """Validate a decoded TOML document; raise ConfigError listing every problem."""
+    """Validate a decoded TOML document; raise ConfigError listing every problem.
+
+    The modules in `plugins` are imported first (a problem there is reported alone:
+    the routes cannot be read without the kinds they declare)."""
+    try:
+        plugins = msgspec.convert(raw.get("plugins", []), list[str])
+    except msgspec.ValidationError as exc:
+        raise ConfigError([_problem("$.plugins", exc)]) from exc
+    protocols = registry.load(plugins)
     problems: list[str] = []
     routes: dict[str, Route] = {}
     raw_routes = raw.get("routes", {})
@@ -600,21 +341,21 @@ def parse_config(raw: dict[str, Any]) -> Config:
         problems.append("$.routes: Expected `table`")
         raw_routes = {}
     for name, body in raw_routes.items():
-        try:
-            route = msgspec.convert(body, Route)
-        except msgspec.ValidationError as exc:
-            problems.append(_problem(f"$.routes.{name}", exc))
-            continue
-        problems += _check_route(name, route)
-        routes[name] = route
+        route, route_problems = _decode_route(name, body, protocols)
+        problems += route_problems
+        if route is not None:
+            routes[name] = route
+    section_types = {**_SECTIONS, **{f.key: f.config for f in protocols.fronts.values() if f.config is not None}}
     sections: dict[str, Any] = {}
-    for key, typ in _SECTIONS.items():
-        if key in raw:
-            try:
-                sections[key] = msgspec.convert(raw[key], typ)
-            except msgspec.ValidationError as exc:
-                problems.append(_problem(f"$.{key}", exc))
-    rest = {k: v for k, v in raw.items() if k not in _SECTIONS and k != "routes"}
+    for key, typ in section_types.items():
+        try:
+            sections[key] = msgspec.convert(raw[key], typ) if key in raw else typ()
+        except msgspec.ValidationError as exc:
+            problems.append(_problem(f"$.{key}", exc))
+    rest = {k: v for k, v in raw.items() if k not in section_types and k != "routes"}
+    if _DERIVED_CONFIG_KEY in rest:
+        del rest[_DERIVED_CONFIG_KEY]
+        problems.append(f"$.{_DERIVED_CONFIG_KEY}: unknown key")
     top: Config | None = None
     try:
         top = msgspec.convert({**rest, "routes": {}}, Config)
@@ -631,9 +372,9 @@ def parse_config(raw: dict[str, Any]) -> Config:
     default_route = raw.get("default_route")
     if isinstance(default_route, str) and default_route not in raw_routes:
         problems.append(f"$.default_route: no route named {default_route!r}")
-    a2a = sections.get("a2a")
-    if a2a is not None and a2a.default_route is not None and a2a.default_route not in raw_routes:
-        problems.append(f"$.a2a.default_route: no route named {a2a.default_route!r}")
+    for front in protocols.fronts.values():
+        if front.check is not None and front.key in sections:
+            problems += front.check(sections[front.key], raw_routes.keys())
     server = sections.get("server")
     if server is not None and _split_listen(server.listen) is None:
         problems.append(f"$.server.listen: expected HOST:PORT, got {server.listen!r}")
@@ -641,7 +382,8 @@ def parse_config(raw: dict[str, Any]) -> Config:
         problems += check_prompts(msgspec.structs.replace(top, routes=routes))
     if problems or top is None:
         raise ConfigError(problems)
-    return msgspec.structs.replace(top, routes=routes, **sections)
+    core = {key: sections.pop(key) for key in _SECTIONS}
+    return msgspec.structs.replace(top, routes=routes, front_sections=sections, **core)
 
 
 def _split_listen(listen: str) -> tuple[str, int] | None:

@@ -19,6 +19,7 @@ import trio
 from bridge.backs import make_back
 from bridge.codecs import safejson
 from bridge.config import Config
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
 
@@ -112,29 +113,10 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
         admin = AdminToken(token, configured=bool(server.admin_token_env or server.admin_token_file))
         register(app, readiness=readiness, metrics=metrics, admin=admin, metrics_need_token=server.metrics_need_token)
 
-    # The chat event stream front: /ws and the /api/sessions REST API (protocols.md §4).
-    from bridge.fronts.chat import rest
-    from bridge.fronts.chat.access import Access
-    from bridge.fronts.chat.streams import ChatStreams
-    from bridge.fronts.chat.ws import WsFront
-
-    access = Access(config.ws, config.server)
-    streams = ChatStreams(config.ws, manager)
-    ws = WsFront(config, manager, streams, access)
-    app.websocket("/ws", ws, origins=access.origins)
-    app.background(ws.run)  # closes the sockets at shutdown, after the drain
-    rest.register(app, config, manager, streams, access)
-
-    # The A2A front: every route as an A2A agent at /a2a/{route} (protocols.md §2).
-    from bridge.fronts.a2a import front as a2a
-
-    a2a.register(app, config, manager)
-
-    # The MCP front: /mcp, Streamable HTTP (protocols.md §3); the SDK loads in the background.
-    if config.mcp.enabled:
-        from bridge.fronts.mcp import streamable_http as mcp_http
-
-        mcp_http.register(app, config, manager)
+    # Every front on the listener, as its package declares (bridge/registry.py, FrontKind.register).
+    for front in config.protocols.fronts.values():
+        if front.register is not None:
+            front.register(app, config, manager)
     if metrics is not None:
         from bridge.health import CountConnections
 
@@ -153,10 +135,11 @@ def hyper_config(config: Config, binds: list[str]) -> Any:
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.h11_max_incomplete_size = 64 * 1024
     # Above [ws] max_frame_bytes so the chat front can answer an oversized frame itself.
-    hc.websocket_max_message_size = max(config.server.max_body_bytes, config.ws.max_frame_bytes + 1)
+    ws = config.section(WsFrontConfig)
+    hc.websocket_max_message_size = max(config.server.max_body_bytes, ws.max_frame_bytes + 1)
     # The chat front pings by itself when it writes through hypercorn's stream (no task per
     # connection); hypercorn's own pings serve its per-message ASGI path.
-    hc.websocket_ping_interval = None if config.ws.batch_writes else config.ws.ping_interval_s
+    hc.websocket_ping_interval = None if ws.batch_writes else ws.ping_interval_s
     return hc
 
 

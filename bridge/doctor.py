@@ -1,16 +1,14 @@
 """Is each route's back reachable? For `agent-bridge doctor` and the daemon's `/readyz`.
 
-A probe tries a back once and says what it found, in words an operator can act on:
+A probe tries a back once through its own `probe(deep=)` (the `Back` protocol,
+bridge/backs/base.py) and says what it found, in words an operator can act on:
 
 | back | shallow (`/readyz`, cached) | deep (`doctor`) |
 |---|---|---|
 | demo | built in: always ok | same |
 | a2a | the agent card is fetched (the back's own card cache) | same |
 | acp | the agent's command is found and executable | the agent is spawned, `initialize`d (and `authenticate`d), then ended |
-| other kinds | "not checked" | "not checked" |
-
-A back may carry its own `async def probe(*, deep: bool) -> str` (a description of
-what works, or a `BackError` saying what does not); it is used before these.
+| chat | the platform is reached and authenticated | same |
 
 MCP prompt sources (`[[prompt_sources]]`, `[[routes.R.prompt_sources]]`) get a row each:
 
@@ -24,14 +22,12 @@ The `mcp` SDK is imported (in a worker thread) only when a source is configured.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from bridge.backs import make_back
+from bridge.backs import Back, make_back
 from bridge.config import Config, Route
 from bridge.errors import BridgeError
 from bridge.prompts.config import PromptSource
@@ -58,79 +54,17 @@ class Probe:
         return {"kind": self.kind, "status": self.status, "detail": self.detail}
 
 
-async def probe_back(name: str, route: Route, back: Any, *, deep: bool, timeout_s: float) -> Probe:
-    kind = route.back.__struct_config__.tag
+async def probe_back(name: str, route: Route, back: Back, *, deep: bool, timeout_s: float) -> Probe:
+    kind = str(route.back.__struct_config__.tag)
     try:
         with trio.fail_after(timeout_s):
-            own = getattr(back, "probe", None)
-            if own is not None:
-                return Probe(name, str(kind), True, await own(deep=deep))
-            if kind == "demo":
-                return Probe(name, "demo", True, "built-in scripted agent")
-            if kind == "a2a":
-                return Probe(name, "a2a", True, await _a2a(back))
-            if kind == "acp":
-                return Probe(name, "acp", True, await _acp(name, route, deep=deep))
-            return Probe(name, str(kind), None, f"no check for back kind {kind!r} yet")
+            return Probe(name, kind, True, await back.probe(deep=deep))
     except trio.TooSlowError:
-        return Probe(name, str(kind), False, f"no answer within {timeout_s:g} s")
+        return Probe(name, kind, False, f"no answer within {timeout_s:g} s")
     except BridgeError as exc:
-        return Probe(name, str(kind), False, exc.message)
+        return Probe(name, kind, False, exc.message)
     except OSError as exc:
-        return Probe(name, str(kind), False, exc.strerror or str(exc))
-
-
-async def _a2a(back: Any) -> str:
-    view, wire = await back.card()
-    iface = getattr(wire, "iface", None)
-    how = ""
-    if iface is not None:
-        dialect = getattr(getattr(iface, "dialect", None), "value", "?")
-        binding = getattr(getattr(iface, "binding", None), "value", "?")
-        how = f"; A2A {dialect} over {binding} at {getattr(iface, 'url', '?')}"
-    return f"agent card of {getattr(view, 'name', None) or 'an unnamed agent'!r} read{how}"
-
-
-async def _acp(name: str, route: Route, *, deep: bool) -> str:
-    cfg = route.back
-    command = cfg.command[0]  # type: ignore[union-attr]
-    found = shutil.which(command)
-    if found is None:
-        raise _Failed(f"command {command!r} not found or not executable")
-    if cfg.cwd is not None and not os.path.isdir(cfg.cwd):  # type: ignore[union-attr]
-        raise _Failed(f"cwd {cfg.cwd!r} is not a directory")  # type: ignore[union-attr]
-    if not deep:
-        return f"command {found} found"
-    from bridge.backs.acp.process import AgentProcess
-    from bridge.backs.acp.setup import agent_env
-    from bridge.schema import acp
-
-    proc = AgentProcess(
-        route=name,
-        cfg=cfg,  # type: ignore[arg-type]
-        argv=list(cfg.command),  # type: ignore[union-attr]
-        env=agent_env(name, cfg),  # type: ignore[arg-type]
-        cwd=cfg.cwd,  # type: ignore[union-attr]
-        client_caps=acp.ClientCapabilities(),
-        owner="doctor",
-    )
-    failure: BridgeError | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            init = await proc.start(nursery=nursery)
-        except BridgeError as exc:  # raised out of the nursery, not wrapped in its group
-            failure = exc
-        finally:
-            await proc.stop()
-    if failure is not None:
-        raise failure
-    info = init.agent_info or {}
-    who = " ".join(str(info[k]) for k in ("name", "version") if info.get(k)) or "the agent"
-    return f"{who} initialized (ACP protocol version {init.protocol_version})"
-
-
-class _Failed(BridgeError):
-    pass
+        return Probe(name, kind, False, exc.strerror or str(exc))
 
 
 async def probe_routes(config: Config, *, deep: bool, backs: dict[str, Any] | None = None) -> list[Probe]:

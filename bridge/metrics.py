@@ -18,7 +18,7 @@ Counted where it is cheap, never per event on the relay path:
 | agent_bridge_events_relayed_total | protocol (the front: acp, chat, ...) |
 | agent_bridge_back_errors_total | route, kind (BackUnavailable, BackError, timeout, ...) |
 | agent_bridge_child_processes | |
-| agent_bridge_open_connections | front (acp: unix socket, ws: WebSocket, http: requests in flight) |
+| agent_bridge_open_connections | front (http: requests in flight; each front that counts its own, as it declares: acp: unix socket, ws: WebSocket) |
 | agent_bridge_reloads_total | result (ok, failed) |
 
 plus prometheus-client's `process_*` and `python_*` collectors.
@@ -27,7 +27,7 @@ plus prometheus-client's `process_*` and `python_*` collectors.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -35,6 +35,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+
+from bridge.registry import FrontKind
 
 __all__ = ["CONTENT_TYPE", "Metrics", "child_processes"]
 
@@ -85,7 +87,7 @@ class _Scraped(Collector):
 class Metrics:
     """One registry per daemon; implements the session's `TurnObserver`."""
 
-    def __init__(self, live: Callable[[], dict[str, tuple[int, int]]] = dict) -> None:
+    def __init__(self, live: Callable[[], dict[str, tuple[int, int]]] = dict, *, fronts: Iterable[FrontKind] = ()) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.sessions = Counter(_P + "sessions_opened", "Sessions created", ["route"], registry=r)
@@ -101,8 +103,9 @@ class Metrics:
         self.back_errors = Counter(_P + "back_errors", "Turns failed by their back, by error kind", ["route", "kind"], registry=r)
         self.connections = Gauge(_P + "open_connections", "Open client connections by front", ["front"], registry=r)
         self.reloads = Counter(_P + "reloads", "Configuration reloads", ["result"], registry=r)
-        for front in ("acp", "ws", "http"):
-            self.connections.labels(front)
+        # Shown at 0 before the first connection: the listener's, and each front's own (FrontKind.connections).
+        for label in ["http", *(f.connections for f in fronts if f.connections)]:
+            self.connections.labels(label)
         self.live = live  # route → (live sessions, running turns); set by the daemon
         r.register(_Scraped(lambda: self.live()))
         ProcessCollector(registry=r)

@@ -6,9 +6,10 @@ configuration stays and every problem is logged. Otherwise:
   on (live sessions keep the route they started with);
 - removed routes take no new session or turn; their running turns get
   `[daemon] reload_grace_s` to finish, are then cancelled, and their sessions closed;
-- `routes`, `default_route`, `log_level` and `[acp]` (for new connections) apply;
-  `[server]`, `[store]`, `[ws]` and `[daemon]` need a restart: a change there is
-  logged and the running values are kept.
+- `routes`, `default_route`, `log_level` and the sections of reloadable fronts (`[acp]`
+  and `[a2a]`, for new connections) apply; `[server]`, `[store]`, `[daemon]` and the
+  sections of fronts declared `reloadable=False` (`[ws]`, `[mcp]`; bridge/registry.py)
+  need a restart: a change there is logged and the running values are kept.
 
 Secrets: under systemd, `LoadCredential=NAME:/path` puts a file NAME in
 `$CREDENTIALS_DIRECTORY` (and `LoadCredential=agent-bridge:/dir`, as the shipped unit
@@ -31,9 +32,10 @@ from typing import Any
 import msgspec
 import trio
 
-from bridge.config import A2ABack, AcpBack, ChatBack, Config, EnvFrom, load_config
+from bridge.config import Config, load_config
 from bridge.errors import ConfigError
 from bridge.logs import add_secret
+from bridge.registry import SecretRefs, back_kind_of
 from bridge.session import SessionManager
 
 __all__ = ["apply_reload", "import_credentials", "register_secrets", "restart_only_changes"]
@@ -42,7 +44,7 @@ log = logging.getLogger("bridge.reload")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PREFIX = "agent-bridge_"  # LoadCredential=agent-bridge:/etc/agent-bridge/credentials
-_RESTART_ONLY = ("server", "store", "ws", "daemon", "mcp")
+_RESTART_ONLY = ("server", "store", "daemon")
 
 
 def import_credentials(config: Config) -> list[str]:
@@ -72,41 +74,49 @@ def import_credentials(config: Config) -> list[str]:
     return names
 
 
+def _secret_refs(config: Config) -> list[SecretRefs]:
+    """What each route's back, each route's `acp_auth` and each front's section point at."""
+    refs: list[SecretRefs] = []
+    for route in config.routes.values():
+        secrets = back_kind_of(route.back).secrets
+        if secrets is not None:
+            refs.append(secrets(route.back))
+        if route.acp_auth is not None:
+            refs.append(SecretRefs(envs=(route.acp_auth.token_env,)))
+    for front in config.protocols.fronts.values():
+        if front.secrets is not None and front.key in config.front_sections:
+            refs.append(front.secrets(config.front_sections[front.key]))
+    return refs
+
+
 def register_secrets(config: Config) -> None:
     """Tell the log formatter every secret value the configuration points at."""
-    envs: list[str] = []
-    files: list[str] = []
-    for route in config.routes.values():
-        back: Any = route.back
-        if isinstance(back, (A2ABack, ChatBack)):
-            envs += [back.token_env] if back.token_env else []
-            files += [back.token_file] if back.token_file else []
-        if isinstance(back, AcpBack):
-            for values in [back.env] + [s.env for s in back.mcp_servers] + [s.headers for s in back.mcp_servers]:
-                for value in values.values():
-                    if isinstance(value, EnvFrom):
-                        envs.append(value.env)
-            for server in back.mcp_servers:
-                for value in server.headers.values():
-                    if isinstance(value, str):
-                        add_secret(value.split(" ", 1)[-1])  # "Bearer xyz": the token part
-        if route.acp_auth is not None:
-            envs.append(route.acp_auth.token_env)
-    envs += [config.ws.token_env] if config.ws.token_env else []
-    files += [config.ws.token_file] if config.ws.token_file else []
-    for name in envs:
-        add_secret(os.environ.get(name))
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    for file in files:
-        path = Path(file) if os.path.isabs(file) or not creds else Path(creds) / file
-        try:
-            add_secret(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            pass
+    for refs in _secret_refs(config):
+        for value in refs.values:
+            add_secret(value)
+        for name in refs.envs:
+            add_secret(os.environ.get(name))
+        for file in refs.files:
+            path = Path(file) if os.path.isabs(file) or not creds else Path(creds) / file
+            try:
+                add_secret(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                pass
+
+
+def _restart_only(config: Config) -> list[str]:
+    """The sections a SIGHUP does not change: the daemon's own, and non-reloadable fronts'."""
+    return [*_RESTART_ONLY, *(f.key for f in config.protocols.fronts.values() if not f.reloadable)]
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
-    return [f"[{name}]" for name in _RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+    changed = [f"[{name}]" for name in _RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+    keys = [k for k in _restart_only(old) if k not in _RESTART_ONLY]
+    changed += [f"[{k}]" for k in keys if old.front_sections.get(k) != new.front_sections.get(k)]
+    if old.plugins != new.plugins:
+        changed.append("plugins (their back kinds apply now, their fronts at the restart)")
+    return changed
 
 
 async def apply_reload(manager: SessionManager, path: str | None, *, nursery: trio.Nursery) -> tuple[bool, str]:
@@ -121,7 +131,10 @@ async def apply_reload(manager: SessionManager, path: str | None, *, nursery: tr
     kept = restart_only_changes(old, new)
     if kept:
         log.warning("reload: %s changed; that takes effect at the next restart", ", ".join(kept))
-    merged = msgspec.structs.replace(new, **{name: getattr(old, name) for name in _RESTART_ONLY})
+    kept_fronts = {k: old.front_sections[k] for k in _restart_only(old) if k in old.front_sections}
+    merged = msgspec.structs.replace(
+        new, front_sections={**new.front_sections, **kept_fronts}, **{name: getattr(old, name) for name in _RESTART_ONLY}
+    )
     import_credentials(merged)
     register_secrets(merged)
     added = sorted(set(merged.routes) - set(old.routes))

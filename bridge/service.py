@@ -200,7 +200,7 @@ class _Service:
         if config.daemon.metrics:
             from bridge.metrics import Metrics
 
-            self.metrics = Metrics()
+            self.metrics = Metrics(fronts=config.protocols.fronts.values())
         self.stop = trio.Event()
         self.forced: list[int] = []
         self.started = False

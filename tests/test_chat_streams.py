@@ -21,6 +21,7 @@ from bridge.core.content import TextContent
 from bridge.fronts.chat.streams import ChatStreams, TextFrame
 from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
+from bridge.fronts.chat.config import WsFrontConfig
 
 CONFIG = parse_config(
     {"routes": {"demo": {"back": {"kind": "demo", "chunk_delay_s": 0}}}, "ws": {"queue_max_frames": 16}}
@@ -95,7 +96,7 @@ def seqs(frames: list[TextFrame]) -> list[int]:
 
 async def test_a_watcher_leaving_during_delivery_costs_no_other_subscriber_an_event(session: Session) -> None:
     with trio.fail_after(10):
-        streams = ChatStreams(CONFIG.ws, session.manager)
+        streams = ChatStreams(CONFIG.section(WsFrontConfig), session.manager)
         await streams.watch(session, Watcher(streams, session.id, leave_after=20), None)
         later = Seqs()
         session.subscribe(later)  # after the stream in the session's list of subscribers
@@ -105,7 +106,7 @@ async def test_a_watcher_leaving_during_delivery_costs_no_other_subscriber_an_ev
 
 async def test_joining_a_running_stream_with_a_replay_has_no_gap_and_no_duplicate(session: Session) -> None:
     with trio.fail_after(10):
-        streams = ChatStreams(CONFIG.ws, session.manager)
+        streams = ChatStreams(CONFIG.section(WsFrontConfig), session.manager)
         first = Watcher(streams, session.id)
         await streams.watch(session, first, None)
         turn = session.start_turn([TextContent(text="tool: fork: hello")])
@@ -122,7 +123,7 @@ async def test_joining_a_running_stream_with_a_replay_has_no_gap_and_no_duplicat
 
 async def test_a_failing_projection_is_contained(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     with trio.fail_after(10):
-        streams = ChatStreams(CONFIG.ws, session.manager)
+        streams = ChatStreams(CONFIG.section(WsFrontConfig), session.manager)
         watcher = Watcher(streams, session.id)
         await streams.watch(session, watcher, None)
         projector = streams.live_projector(session.id)
@@ -165,7 +166,7 @@ async def test_a_runs_end_reaches_watchers_only_once_it_is_stored() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
             session = await manager.create("demo")
-            streams = ChatStreams(CONFIG.ws, manager)
+            streams = ChatStreams(CONFIG.section(WsFrontConfig), manager)
             watcher = Watcher(streams, session.id)
             await streams.watch(session, watcher, None)
             turn = session.start_turn([TextContent(text="hello")])

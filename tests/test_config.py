@@ -13,7 +13,10 @@ import msgspec
 import msgspec.inspect as mi
 import pytest
 
-from bridge.config import Config, DemoBack, default_config_path, load_config, parse_config
+from bridge.backs.demo.config import DemoBackConfig as DemoBack
+from bridge import registry
+from bridge.config import Config, Route, default_config_path, load_config, parse_config
+from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,13 +45,13 @@ def test_embedded_demo_config_loads() -> None:
     config = load_config()
     assert config == load_config(path)
     assert config.default_route == "demo"
-    route = config.route("demo")
+    route = config.routes["demo"]
     assert isinstance(route.back, DemoBack)
     assert [o.id for o in route.options] == ["mode"]
     assert route.options[0].default == "code" and route.options[0].category == "mode"
     # Defaults are filled in.
     assert route.question_timeout_s == 300.0 and route.cancel_grace_s == 5.0 and route.turn_timeout_s is None
-    assert config.acp.max_frame_bytes == 8 * 1024 * 1024
+    assert config.section(AcpFrontConfig).max_frame_bytes == 8 * 1024 * 1024
     assert config.log_level == "info"
 
 
@@ -57,7 +60,7 @@ def test_config_is_frozen() -> None:
     with pytest.raises(AttributeError):
         config.log_level = "debug"  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        config.route("demo").cancel_grace_s = 1  # type: ignore[misc]
+        config.routes["demo"].cancel_grace_s = 1  # type: ignore[misc]
 
 
 def test_minimal_config_from_a_dict() -> None:
@@ -394,15 +397,33 @@ def _keys_used(value: Any, info: mi.Type, seen: dict[type, set[str]]) -> None:
             _keys_used(value, t, seen)
 
 
+def _schema() -> type:
+    """Config as decoded with the built-in protocols: each route's `back` the union of
+    the back Structs, each front's section and route table a field (bridge/registry.py)."""
+    protocols = registry.builtin()
+    fronts = list(protocols.fronts.values())
+    route = msgspec.defstruct(
+        "Route",
+        [("back", protocols.back_union), *((f.key, f.route_config, None) for f in fronts if f.route_config)],
+        bases=(Route,),
+    )
+    return msgspec.defstruct(
+        "Config", [("routes", dict[str, route]), *((f.key, f.config, None) for f in fronts if f.config)], bases=(Config,)
+    )
+
+
+_DERIVED = {"front_sections", "front_settings"}  # filled by parse_config, never written
+
+
 def test_example_shows_every_option() -> None:
     """Every field of every config Struct appears in the example (commented or not)."""
-    root = mi.type_info(Config)
+    root = mi.type_info(_schema())
     structs: dict[type, mi.StructType] = {}
     _struct_types(root, structs)
     seen: dict[type, set[str]] = {}
     _keys_used(example_with_commented_settings_enabled(), root, seen)
     missing = {
-        cls.__name__: sorted({f.encode_name for f in info.fields} - seen.get(cls, set()))
+        cls.__name__: sorted({f.encode_name for f in info.fields} - seen.get(cls, set()) - _DERIVED)
         for cls, info in structs.items()
     }
     assert {k: v for k, v in missing.items() if v} == {}
@@ -426,12 +447,12 @@ def test_every_example_setting_has_a_comment() -> None:
 
 def test_example_decodes_to_non_default_values_where_it_says_so() -> None:
     config = load_config(EXAMPLE)
-    demo = config.route("demo")
+    demo = config.routes["demo"]
     assert demo.turn_timeout_s == 3600
     assert [o.id for o in demo.options] == ["mode", "model"]
-    secured = config.route("demo-secured")
+    secured = config.routes["demo-secured"]
     assert secured.acp_auth is not None and secured.acp_auth.token_env == "AGENT_BRIDGE_DEMO_TOKEN"
-    assert msgspec.structs.asdict(config.acp) == {
+    assert msgspec.structs.asdict(config.section(AcpFrontConfig)) == {
         "max_frame_bytes": 8 * 1024 * 1024,
         "outbox_max_events": 8192,
         "request_timeout_s": 600.0,

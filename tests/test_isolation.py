@@ -28,6 +28,7 @@ from bridge.core.content import TextContent
 from bridge.errors import CODES, Overloaded, codes_for
 from bridge.session import SessionManager
 from bridge.store.memory import MemoryStore
+from bridge.fronts.chat.config import WsFrontConfig
 
 CEILING_S = 30  # per test; on the virtual clock where autojump_clock is used
 
@@ -112,6 +113,12 @@ class FakeBack:
         if self.task is not None:
             nursery.start_soon(self.task)
         return FakeSession(self)
+
+    async def ready(self) -> None:
+        pass
+
+    async def probe(self, *, deep: bool) -> str:
+        return "fake"
 
 
 @asynccontextmanager
@@ -455,7 +462,7 @@ async def test_a_ws_connection_that_has_ended_never_starts_a_task_in_its_closed_
 
     with trio.fail_after(CEILING_S):
         async with running(config) as manager:
-            front = WsFront(config, manager, ChatStreams(config.ws, manager), Access(config.ws))
+            front = WsFront(config, manager, ChatStreams(config.section(WsFrontConfig), manager), Access(config.section(WsFrontConfig)))
             conn = _Connection(front, receive, send, authed=True)
             await conn.run()
             # A session delivering to it now (as one could in the window between its

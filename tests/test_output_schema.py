@@ -18,7 +18,7 @@ import pytest
 
 from bridge.codecs import chat_schema
 from bridge.codecs.chat_parts import check_output_schema, headless_result
-from bridge.config import WsFrontConfig
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.core import events as ev
 from bridge.core.content import TextContent
 from bridge.errors import InvalidParams

@@ -121,6 +121,12 @@ class FakeBack:
         self.sessions.append(session)
         return session
 
+    async def ready(self) -> None:
+        pass
+
+    async def probe(self, *, deep: bool) -> str:
+        return "fake"
+
 
 def backs_with(fake: FakeBack | None) -> Callable[[str, Route], Any]:
     def pick(name: str, route: Route) -> Any:

@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from bridge.store import open_store
+from bridge.fronts.chat.config import WsFrontConfig
 from daemon_support import AcpClient, Notifications, alive, base_config, demo_route, descendants, raw_ws, start_daemon, toml, ws_frame
 
 HAS_WS = (Path(__file__).resolve().parent.parent / "bridge" / "fronts" / "ws.py").exists()
@@ -251,7 +252,7 @@ async def test_a_websocket_arriving_while_stopping_is_refused_before_the_upgrade
 
     config = parse_config({"routes": {"demo": demo_route()}})
     manager: Any = SimpleNamespace(accepting=False, refusal="the bridge is shutting down")
-    front = WsFront(config, manager, ChatStreams(config.ws, manager), Access(config.ws))
+    front = WsFront(config, manager, ChatStreams(config.section(WsFrontConfig), manager), Access(config.section(WsFrontConfig)))
     sent: list[dict[str, Any]] = []
     connected = False
 

@@ -45,7 +45,7 @@ class SessionContext(msgspec.Struct, kw_only=True):
 
 class ClientServices(Protocol):
     """What the client offers the back besides prompts: an ACP editor's files and
-    terminals (protocols.md §1.3). Set on the session by the ACP front while an
+    terminals (ACP schema, `fs/*` and `terminal/*` methods). Set on the session by the ACP front while an
     editor is attached; `call` forwards one `fs/*` or `terminal/*` request and
     returns its raw result, or raises a BridgeError."""
 
@@ -122,10 +122,21 @@ class BackSession(Protocol):
 
 
 class Back(Protocol):
-    """`info` may be filled in late by a back that must look its agent up first (the
-    A2A back reads an agent card): such a back also has `async def ready()`, which a
-    front awaits before it describes the agent (ACP `initialize`); it never raises."""
+    """A route's back, made once per route by its kind's factory (bridge/registry.py).
+
+    `info` may be filled in late by a back that must look its agent up first (the A2A
+    back reads an agent card)."""
 
     info: AgentInfo
 
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> BackSession: ...
+
+    async def ready(self) -> None:
+        """Awaited by a front before it describes the agent (ACP `initialize`, an A2A
+        card): look the agent up if `info` needs it. Never raises: a failure is logged
+        and reported by the first prompt."""
+
+    async def probe(self, *, deep: bool) -> str:
+        """Is the agent there? What works, in words an operator can act on, or a
+        BridgeError saying what does not. Shallow (`deep=False`, `/readyz`, repeated):
+        cheap, no agent started; deep (`agent-bridge doctor`, once): the real handshake."""

@@ -1,4 +1,4 @@
-"""The configuration of prompts: `[prompts.NAME]` templates, `[[prompt_sources]]`, `[mcp]`.
+"""The configuration of prompts: `[prompts.NAME]` templates and `[[prompt_sources]]`.
 
 Decoded as part of `bridge.config.Config` (same rules: frozen, unknown keys rejected
 with their `$.path`). Shared templates and sources apply to every route; a route adds
@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 __all__ = [
-    "McpFrontConfig",
     "PromptArgument",
     "PromptMessage",
     "PromptSource",
@@ -138,42 +137,6 @@ class PromptSource(_Conf):
     def __repr__(self) -> str:  # env and header values may be secrets (STYLE.md rule 21)
         where = f"command={self.command!r}" if self.command is not None else f"url={self.url!r}"
         return f"PromptSource(name={self.name!r}, {where}, env={_hidden(self.env)}, headers={_hidden(self.headers)})"
-
-
-class McpFrontConfig(_Conf):
-    """`[mcp]`: the MCP front, `/mcp` on the daemon's listener and `agent-bridge mcp`.
-
-    Token: `token_env`/`token_file` here, else the listener's (`[ws]`); requests then
-    need `Authorization: Bearer`. Origin: a request from a browser page must come from
-    a loopback origin or one listed here ("*": any).
-    """
-
-    enabled: bool = True
-    token_env: str | None = None
-    token_file: str | None = None
-    allowed_origins: list[str] = []
-    # Every route as a tool (`tools/call` runs one turn and returns its final text).
-    tools: bool = True
-    # Progress notifications during a tool call, at most this often.
-    progress_interval_s: PositiveSeconds = 0.25
-    # Streamable HTTP sessions: closed after this long without a request; at most this many.
-    session_idle_timeout_s: PositiveSeconds = 1800.0
-    max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 1000
-
-    @property
-    def token_required(self) -> bool:
-        return self.token_env is not None or self.token_file is not None
-
-    def token(self) -> str | None:
-        """`token_env`'s value if set, else `token_file`'s content; None if neither yields one."""
-        if self.token_env is not None and os.environ.get(self.token_env):
-            return os.environ[self.token_env]
-        if self.token_file is not None:
-            try:
-                return Path(self.token_file).read_text(encoding="utf-8").strip() or None
-            except OSError:
-                return None
-        return None
 
 
 def _placeholders(template: PromptTemplate) -> set[str]:

@@ -23,7 +23,6 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from bridge.schema.a2a import TaskState
 from bridge.schema.a2a_card import AgentCardSignature, AgentExtension, AgentProvider
 from bridge.schema.a2a_v03_rest import (  # re-exported: one module name for every 0.3 shape
     RestFilePartV03,

@@ -44,7 +44,7 @@ from bridge.codecs.a2a_client import Wire
 from bridge.errors import BackError
 
 if TYPE_CHECKING:
-    from bridge.config import A2ABack as A2AConfig
+    from bridge.backs.a2a.config import A2ABackConfig as A2AConfig
     from bridge.config import Route
 
 __all__ = ["A2ABack"]
@@ -81,6 +81,12 @@ class A2ABack:
                 await self.card()
         except BackError as exc:
             log.warning("%s", exc.message)
+
+    async def probe(self, *, deep: bool) -> str:
+        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py)."""
+        from bridge.backs.a2a.probe import probe_card
+
+        return await probe_card(self)
 
     async def card(self) -> tuple[CardView, Wire]:
         """The agent card and the wire it chose; fetched or revalidated when stale."""

@@ -24,7 +24,7 @@ from bridge.errors import BackError, BackUnavailable
 from bridge.transport.http import open_client, tls_context
 
 if TYPE_CHECKING:
-    from bridge.config import A2ABack as A2AConfig
+    from bridge.backs.a2a.config import A2ABackConfig as A2AConfig
     from bridge.config import Route
 
 __all__ = ["AgentHttp", "BodyTooLarge", "origin", "read_body", "where"]

@@ -46,7 +46,7 @@ from bridge.backs.base import AgentInfo, SessionContext, TaskSpawner, TurnHandle
 from bridge.codecs import safejson
 from bridge.codecs.acp import to_turn
 from bridge.codecs.jsonrpc import decode_params
-from bridge.config import AcpBack as AcpBackConfig
+from bridge.backs.acp.config import AcpBackConfig
 from bridge.config import Route
 from bridge.core import events as ev
 from bridge.errors import BackError, BackUnavailable, MethodNotFound
@@ -79,6 +79,14 @@ class AcpBack:
 
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> AcpSession:
         return AcpSession(self, ctx, nursery)
+
+    async def ready(self) -> None:
+        """The agent describes itself only once spawned: nothing to look up first."""
+
+    async def probe(self, *, deep: bool) -> str:
+        from bridge.backs.acp.probe import probe_agent
+
+        return await probe_agent(self.name, self.cfg, deep=deep)
 
     def workdir(self, ctx: SessionContext) -> str | None:
         """The route's cwd, else the session's (an editor's project), else ours."""

@@ -28,7 +28,7 @@ from bridge import __version__
 from bridge.backs.base import TaskSpawner
 from bridge.codecs import safejson
 from bridge.codecs.jsonrpc import Reply
-from bridge.config import AcpBack
+from bridge.backs.acp.config import AcpBackConfig as AcpBack
 from bridge.errors import BackError, BackUnavailable
 from bridge.schema import acp
 from bridge.transport.procgroup import describe_exit, kill_group

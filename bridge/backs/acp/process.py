@@ -37,7 +37,7 @@ from bridge.codecs.jsonrpc_sniff import sniff_head
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, encode_lines
 from bridge.codecs.jsonrpc_peer import CancelRequested, RequestError, RequestResult
 from bridge.codecs.ndjson import LineReader, Oversized
-from bridge.config import AcpBack
+from bridge.backs.acp.config import AcpBackConfig as AcpBack
 from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, FrameTooLarge, MethodNotFound, NotFound
 from bridge.schema import acp
 from bridge.schema.jsonrpc import Request

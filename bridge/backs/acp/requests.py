@@ -23,7 +23,7 @@ from bridge.backs.acp.local import LocalFiles, LocalTerminals
 from bridge.backs.acp.setup import CANCELLED, pick, selected
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import safejson
-from bridge.config import AcpBack as AcpBackConfig
+from bridge.backs.acp.config import AcpBackConfig
 from bridge.core import events as ev
 from bridge.errors import MethodNotFound
 from bridge.schema import acp

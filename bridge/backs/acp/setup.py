@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from bridge.codecs import safejson
-from bridge.config import AcpBack, AcpMcpServer, EnvFrom
+from bridge.backs.acp.config import AcpBackConfig as AcpBack, AcpMcpServer, EnvFrom
 from bridge.core import events as ev
 from bridge.errors import BackUnavailable
 from bridge.schema import acp

@@ -37,6 +37,9 @@ class ChatBack:
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> ChatSession:
         return ChatSession(self.server, ctx)
 
+    async def ready(self) -> None:
+        """The platform is reached per session: nothing to look up first."""
+
     async def probe(self, *, deep: bool) -> str:
         """`doctor` and `/readyz`: connect and authenticate, then leave."""
         return await check(self.server)

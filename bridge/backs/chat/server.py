@@ -33,7 +33,7 @@ from bridge.errors import BackError, BackUnavailable
 from bridge.transport.http import open_client, tls_context
 
 if TYPE_CHECKING:
-    from bridge.config import ChatBack as ChatConfig
+    from bridge.backs.chat.config import ChatBackConfig as ChatConfig
     from bridge.config import Route
 
 __all__ = ["ChatServer", "run_options", "where"]

@@ -80,6 +80,12 @@ class DemoBack:
         n = int(ctx.back_ref) if ctx.back_ref and ctx.back_ref.isdigit() else 0
         return _DemoSession(self.cfg.chunk_delay_s, self.cfg.slow_duration_s, n)
 
+    async def ready(self) -> None:
+        """Nothing to look up: the agent is built in."""
+
+    async def probe(self, *, deep: bool) -> str:
+        return "built-in scripted agent"
+
 
 class _DemoSession:
     def __init__(self, delay: float, slow_s: float, n: int = 0) -> None:

@@ -45,6 +45,7 @@ from bridge.codecs.a2a_server_rest import REST_ROUTES, rest_request
 from bridge.codecs.a2a_server import A2AFault, EventEncoder
 from bridge.codecs.a2a_dialect import Binding, Dialect
 from bridge.config import Config, Route
+from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, PeerError, codes_for
 from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.stream import SseStream
@@ -84,12 +85,12 @@ def _fault(exc: BridgeError) -> A2AFault:
 
 class A2AFront:
     def __init__(self, config: Config, manager: SessionManager) -> None:
-        self.cfg = config.a2a
+        self.cfg = config.section(A2AFrontConfig)
         self.max_body = config.server.max_body_bytes
-        self.default_route = config.a2a.default_route or config.default_route
+        self.default_route = config.section(A2AFrontConfig).default_route or config.default_route
         self.manager = manager
-        self.tasks = TaskService(config.a2a, manager)
-        self.push = PushService(config.a2a, self.tasks)
+        self.tasks = TaskService(config.section(A2AFrontConfig), manager)
+        self.push = PushService(config.section(A2AFrontConfig), self.tasks)
         self._tokens: dict[str, tuple[Route, str | None]] = {}
 
     def register(self, app: HttpApp) -> None:
@@ -105,14 +106,14 @@ class A2AFront:
     # -- checks ------------------------------------------------------------------------------
     def _route(self, name: str) -> Route:
         route = self.manager.config.routes.get(name)
-        if route is None or not route.a2a.expose:
+        if route is None or not route.section(A2ARouteConfig).expose:
             raise _HttpError(404, f"no A2A agent named {name!r} here", "NOT_FOUND")
         return route
 
     def _token(self, name: str, route: Route) -> str | None:
         cached = self._tokens.get(name)
         if cached is None or cached[0] is not route:  # read once per route config (a reload makes a new one)
-            token = route.a2a.token()
+            token = route.section(A2ARouteConfig).token()
             add_secret(token)
             if token is None:
                 log.error("route %s: its A2A token cannot be read: every A2A call is refused", name)
@@ -120,7 +121,7 @@ class A2AFront:
         return cached[1]
 
     def _auth(self, name: str, route: Route, scope: Scope) -> None:
-        a = route.a2a
+        a = route.section(A2ARouteConfig)
         if not a.token_required:
             return
         token = self._token(name, route)
@@ -153,7 +154,7 @@ class A2AFront:
 
     # -- cards ---------------------------------------------------------------------------------
     async def default_card(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
-        routes = [n for n, r in self.manager.config.routes.items() if r.a2a.expose]
+        routes = [n for n, r in self.manager.config.routes.items() if r.section(A2ARouteConfig).expose]
         name = self.default_route or (routes[0] if len(routes) == 1 else None)
         if name is None:
             where = f"no default A2A agent; the agents are at /a2a/NAME{_CARD_PATH} for NAME in {routes}"
@@ -185,10 +186,8 @@ class A2AFront:
 
     async def _card(self, name: str, route: Route, scope: Scope, *, legacy: bool, extended: bool) -> dict[str, object]:
         back = self.manager.back_for(name)
-        ready = getattr(back, "ready", None)
-        if ready is not None:
-            await ready()  # an A2A back reads its agent's card first (never raises)
-        a = route.a2a
+        await back.ready()  # an A2A back reads its agent's card first (never raises)
+        a = route.section(A2ARouteConfig)
         title = route.title or back.info.title or name
         description = route.description or back.info.description or f"{title}, served by agent-bridge"
         own = [*a.skills, *(a.extended_skills if extended else ())]
@@ -321,7 +320,7 @@ class A2AFront:
             await self.push.delete(name, req.task_id, req.id)
             return None
         if op == "extended_card":
-            if not route.a2a.extended_card:
+            if not route.section(A2ARouteConfig).extended_card:
                 raise A2AFault("ExtendedAgentCardNotConfigured", "this agent has no extended card")
             return await self._card(name, route, scope, legacy=dialect is Dialect.V0_3, extended=True)
         raise InternalError(f"unhandled A2A operation {op}")

@@ -41,7 +41,7 @@ import trio
 from bridge.codecs.a2a_v03_server import lower_task_v03 as lower_task_rpc
 from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
-from bridge.config import A2AFrontConfig
+from bridge.fronts.a2a.config import A2AFrontConfig
 from bridge.errors import InvalidParams, NotFound
 from bridge.fronts.a2a.state import A2AContext, A2APushConfig, A2ATask
 from bridge.fronts.a2a.tasks import TaskService
@@ -252,8 +252,6 @@ class PushService:
                 session.shared_nursery.start_soon(self._deliver, key, hook)
 
     async def _deliver(self, key: tuple[str, str], hook: _Hook) -> None:
-        import httpx  # the serve process has it loaded already (the A2A back, metrics)
-
         from bridge.transport.http import open_client
 
         if self._client is None:

@@ -36,7 +36,7 @@ import trio
 from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_answer import answer_for, blocks_of_message
 from bridge.codecs.a2a_task import TaskProjector
-from bridge.config import A2AFrontConfig
+from bridge.fronts.a2a.config import A2AFrontConfig
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound

@@ -31,6 +31,7 @@ from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, er
 from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
+from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.core.events import (
     CommandsAvailable,
     Event,
@@ -91,7 +92,7 @@ class AcpConnection:
         self.config = config
         self.route_name = route
         self.route: Route = config.routes[route]
-        self.conn = NdjsonConnection(send, max_outbox_items=config.acp.outbox_max_events, log=log)
+        self.conn = NdjsonConnection(send, max_outbox_items=config.section(AcpFrontConfig).outbox_max_events, log=log)
         self.outbox = self.conn.outbox
         self.peer = self.conn.peer
         self.attached: dict[str, AttachedSession] = {}
@@ -99,7 +100,7 @@ class AcpConnection:
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
-        self.services = EditorServices(self.conn, config.acp.request_timeout_s)
+        self.services = EditorServices(self.conn, config.section(AcpFrontConfig).request_timeout_s)
         self.questions = EditorQuestions(self.services)
         self._nursery: trio.Nursery | None = None
         self._writer_done = trio.Event()
@@ -139,7 +140,7 @@ class AcpConnection:
                 session.cancel()
 
     async def _reader(self) -> None:
-        lines = LineReader(self.config.acp.max_frame_bytes)
+        lines = LineReader(self.config.section(AcpFrontConfig).max_frame_bytes)
         while True:
             frames, ended = await receive_frames(self.receive, lines)
             for frame in frames:
@@ -159,7 +160,7 @@ class AcpConnection:
     # -- dispatch ---------------------------------------------------------------------
     async def _handle_frame(self, frame: bytes | Oversized) -> None:
         if isinstance(frame, Oversized):
-            limit = self.config.acp.max_frame_bytes
+            limit = self.config.section(AcpFrontConfig).max_frame_bytes
             log.warning("ACP frame of %d bytes over max_frame_bytes %d dropped", frame.size, limit)
             self.peer.respond_error(None, FrameTooLarge(f"frame of {frame.size} bytes exceeds max_frame_bytes ({limit})"))
             return
@@ -212,9 +213,7 @@ class AcpConnection:
         self.client_caps = p.client_capabilities or acp.ClientCapabilities()
         self.services.caps = self.client_caps
         back = self.manager.back_for(self.route_name)
-        ready = getattr(back, "ready", None)  # a back that looks its agent up first (an A2A card)
-        if ready is not None:
-            await ready()
+        await back.ready()  # a back that looks its agent up first (an A2A card)
         auth = self.route.acp_auth
         return acp.InitializeResult(
             # We speak v1; a client asking for more gets 1 and decides (ACP, Initialization:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import hmac
 import logging
 
-from bridge.config import ServerConfig, WsFrontConfig
+from bridge.config import ServerConfig
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.errors import AuthRequired
 from bridge.fronts.http import Scope, header
 from bridge.fronts.http_policy import BrowserPolicy, normalize_origins

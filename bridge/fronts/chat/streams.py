@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Protocol
 import trio
 
 from bridge.codecs.chat import ChatProjector, commands_frame
-from bridge.config import WsFrontConfig
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.core.events import CommandsAvailable, Event, TurnEnded
 from bridge.errors import NotFound
 from bridge.fronts.chat.state import ChatSessionState

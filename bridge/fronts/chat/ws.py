@@ -43,6 +43,7 @@ import msgspec
 import trio
 
 from bridge.config import Config
+from bridge.fronts.chat.config import WsFrontConfig
 from bridge.errors import PeerError, codes_for
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
@@ -59,7 +60,7 @@ class WsFront:
     """The `/ws` handler; one per daemon, shared by every connection."""
 
     def __init__(self, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
-        self.cfg = config.ws
+        self.cfg = config.section(WsFrontConfig)
         self.manager = manager
         self.streams = streams
         self.access = access

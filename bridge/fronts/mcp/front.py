@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from bridge import __version__
 from bridge.codecs.numbers import small_int
 from bridge.config import Config
+from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.errors import PromptError
 from bridge.fronts.mcp import tools as mcp_tools
 from bridge.prompts.mcp_source import ndjson_transport
@@ -143,7 +144,7 @@ class McpFront:
 
     @property
     def _tools_on(self) -> bool:
-        return self.config.mcp.tools
+        return self.config.section(McpFrontConfig).tools
 
     # -- prompts ------------------------------------------------------------------------
     def _prompt(self, command: Command) -> types.Prompt:
@@ -230,7 +231,7 @@ class McpFront:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if not self._tools_on or params.name not in self.manager.config.routes:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-        return await mcp_tools.call(self.manager, params.name, params.arguments or {}, ctx, self.config.mcp.progress_interval_s)
+        return await mcp_tools.call(self.manager, params.name, params.arguments or {}, ctx, self.config.section(McpFrontConfig).progress_interval_s)
 
 
 def _offset(cursor: str | None, total: int) -> int:

@@ -26,6 +26,8 @@ import msgspec
 import trio
 
 from bridge.config import Config
+from bridge.fronts.chat.config import WsFrontConfig
+from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.fronts.http import HttpApp, Scope, header
 from bridge.fronts.mcp.ids import IdGate
 from bridge.prompts.registry import load_module
@@ -41,7 +43,7 @@ _READY_WAIT_S = 30.0
 def register(app: HttpApp, config: Config, manager: SessionManager) -> McpHttp:
     front = McpHttp(config, manager)
     for method in ("POST", "GET", "DELETE"):
-        app.add(method, "/mcp", front, origins=config.mcp.allowed_origins, refuse=_refuse)
+        app.add(method, "/mcp", front, origins=config.section(McpFrontConfig).allowed_origins, refuse=_refuse)
     app.background(front.run)
     return front
 
@@ -50,11 +52,11 @@ class McpHttp:
     def __init__(self, config: Config, manager: SessionManager) -> None:
         self.config = config
         self.manager = manager
-        cfg = config.mcp
+        cfg = config.section(McpFrontConfig)
         if cfg.token_required:
             self._token, where = cfg.token(), "[mcp]"
-        elif config.ws.token_required:
-            self._token, where = config.ws.token(), "[ws]"
+        elif config.section(WsFrontConfig).token_required:
+            self._token, where = config.section(WsFrontConfig).token(), "[ws]"
         else:
             self._token, where = None, None
         self._token_required = where is not None
@@ -77,7 +79,7 @@ class McpHttp:
             self._ready.set()
             return
         front = mcp.McpFront(self.config, self.manager)
-        cfg = self.config.mcp
+        cfg = self.config.section(McpFrontConfig)
         sm = StreamableHTTPSessionManager(
             app=front.server,
             # Origin and Host are checked here, before the SDK (it still checks Content-Type).
