@@ -2,7 +2,7 @@
 
 ACP translation is checked against golden fixtures in `tests/golden/acp/`: each file
 holds a canonical event (its msgspec JSON encoding), the exact ACP `session/update`
-`update` object it must produce (protocols.md §1.5–§1.7, schema v1), and, when the
+`update` object it must produce (ACP schema v1: `SessionUpdate`, `ContentBlock`, `ToolCall`), and, when the
 translation is lossy, the event that reading the update back gives (`roundtrip`).
 """
 
@@ -260,7 +260,7 @@ def test_bad_json_is_a_parse_error(line: bytes) -> None:
 
 @pytest.mark.parametrize("line", [b"[]", b'[{"jsonrpc":"2.0","id":1,"method":"m"}]', b"42", b'"str"', b"null", b"true"])
 def test_non_object_is_an_invalid_request(line: bytes) -> None:
-    # ACP has no JSON-RPC batches (protocols.md §1.1): an array is invalid too.
+    # ACP has no JSON-RPC batches (ACP, Transports: JSON-RPC 2.0 without batches): an array is invalid too.
     exc = protocol_error(line)
     assert isinstance(exc.error, InvalidRequest)
     assert exc.id is None
@@ -420,7 +420,7 @@ def test_acp_codes_follow_protocols_md_1_10() -> None:
 
 
 def test_codes_are_mapped_by_meaning_not_passed_through() -> None:
-    # -32002 is "not found" in ACP but "task not cancelable" in A2A (protocols.md §6.9).
+    # -32002 is "not found" in ACP but "task not cancelable" in A2A (ACP schema `ErrorCode`; A2A spec, error codes).
     assert error_response(1, NotFound("x"), a2a=True).error.code == -32001
 
 

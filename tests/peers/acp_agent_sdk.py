@@ -152,7 +152,7 @@ class ScriptAgent:
         if stored is None:
             raise RequestError.resource_not_found(session_id)
         self.sessions[session_id] = stored
-        # Replay the history (protocols.md §1.3: session/load replays, then answers).
+        # Replay the history (ACP, Session Setup: `session/load` replays the history, then answers).
         for word in stored["memory"]:
             await self.conn.session_update(session_id, acp.update_user_message_text(f"remember:{word}"))
             await self.conn.session_update(session_id, update_agent_message_text(f"(replayed {word})"))

@@ -3,7 +3,7 @@
     python socketio_server.py [--token T] [--ping-interval-ms N] [--ping-timeout-ms N]
 
 It binds 127.0.0.1 on a port the OS picks and prints `PORT <n>`. It speaks the
-chat event stream the way Blade documents it (protocols.md §4): Socket.IO at
+chat event stream the way Blade documents it (Blade `api/websocket.md`, `api/chat-flow.md`): Socket.IO at
 `/socket.io/` (WebSocket only) with the token in CONNECT's `auth`, REST under `/api`
 with `Authorization: Bearer`:
 

@@ -1,4 +1,4 @@
-"""`/mcp` on the daemon's listener: the MCP front over Streamable HTTP (protocols.md §3.8).
+"""`/mcp` on the daemon's listener: the MCP front over Streamable HTTP (MCP 2025-11-25, Transports: Streamable HTTP).
 
 The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
 `MCP-Session-Id`, SSE); this module stands in front of it:
@@ -153,7 +153,7 @@ def _shielded(send: Any) -> Any:
 
 
 async def _refuse(send: Any, status: int, message: str) -> None:
-    """A JSON-RPC error without an id, as the SDK answers refusals (protocols.md §3.8)."""
+    """A JSON-RPC error without an id, as the SDK answers refusals (MCP 2025-11-25, Transports: Streamable HTTP)."""
     body = msgspec.json.encode({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
