@@ -23,7 +23,6 @@ EX_OK = 0
 EX_TURN_FAILED = 1
 EX_USAGE = 64
 EX_UNAVAILABLE = 69  # `acp --connect`: the daemon is not there, or went away
-EX_SOFTWARE = 70
 EX_OSERR = 71  # `serve`: a listener or the store could not be opened
 EX_CONFIG = 78
 # `serve` stopped by a second SIGTERM/SIGINT exits 128 + the signal's number.

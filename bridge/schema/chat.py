@@ -41,7 +41,6 @@ __all__ = [
     "SessionRef",
     "SetStatus",
     "SetToolStatus",
-    "StopChat",
     "Subscribe",
     "Subscribed",
     "SystemError",
@@ -128,8 +127,6 @@ class SendMessage(_Chat, kw_only=True):
     mode: str | None = None
     model: str | None = None
 
-
-StopChat = SessionRef
 
 # The decoder of each client event's `data` (unknown event → "unknown_event").
 CLIENT_EVENTS: dict[str, type] = {
