@@ -554,3 +554,44 @@ async def test_close_cancels_the_running_turn_and_frees_the_back(autojump_clock:
             # Closed, not lost: it comes back from the store with its history.
             again = await manager.get(session.id)
             assert await again.history() == rec.events
+
+
+# -- typed front state ------------------------------------------------------------------
+
+
+def test_a_front_state_that_does_not_decode_is_kept_as_stored() -> None:
+    """One bad entry must not erase the rest: the record keeps what it holds."""
+    from bridge.fronts.a2a.state import A2AContext
+    from bridge.session.state import load_front_state
+
+    good = {"tasks": {"t1": {"state": "completed", "push": [{"id": "p", "url": "https://h/x"}]}}}
+    state, writable = load_front_state({"a2a": good}, A2AContext)
+    assert writable and state is not None
+    assert state.tasks["t1"].push[0].dialect == "1.0"  # written before the dialect was kept
+    bad = {"tasks": {"t1": {"state": "completed"}, "t2": {"turns": "not a list"}}, "side": ["s2"]}
+    state, writable = load_front_state({"a2a": bad}, A2AContext)
+    assert state is not None and state.tasks == {} and not writable
+
+
+async def test_a_session_never_writes_back_a_front_state_it_could_not_read() -> None:
+    from bridge.fronts.a2a.state import A2AContext
+
+    async with running() as manager:
+        session = await manager.create("demo", cwd="/")
+        bad = {"tasks": {"t2": {"turns": "not a list"}}, "side": ["s2"]}
+        session.record.meta["a2a"] = bad
+        assert session.front_state(A2AContext).tasks == {}
+        session.front_state(A2AContext).held = "t9"  # a front writing into what it could read
+        await session.save_record()
+        stored = await manager.store.get_session(session.id)
+        assert stored is not None and stored.meta["a2a"] == bad
+
+
+def test_records_and_push_configs_hide_secrets_in_every_repr() -> None:
+    from bridge.fronts.a2a.state import A2APushConfig
+    from bridge.store import SessionRecord
+
+    push = A2APushConfig(id="p", url="https://h/x", token="SECRET-1", credentials="SECRET-2")
+    record = SessionRecord(session_id="s", route="r", created_at=0, updated_at=0, meta={"a2a": {"push": "SECRET-3"}})
+    for shown in (repr(push), repr(list(push.__rich_repr__())), repr(record), repr(list(record.__rich_repr__()))):
+        assert "SECRET" not in shown

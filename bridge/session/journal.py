@@ -26,7 +26,7 @@ import trio
 
 from bridge.core.events import Event, encode_events
 from bridge.session.interfaces import TurnObserver
-from bridge.session.state import FrontState, decode_front_state, encode_front_state, stored_front_state
+from bridge.session.state import FrontState, encode_front_state, load_front_state
 from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
 
 __all__ = ["FLUSH_AT_EVENTS", "MAX_PENDING_EVENTS", "Flusher", "Journal"]
@@ -66,10 +66,20 @@ class Journal:
         self._unsaved_turns: dict[str, TurnRecord] = {}  # written with the next flush
         self._flush_lock = trio.Lock()
         self._front_states: dict[type[Any], FrontState] = {}  # decoded once (bridge/session/state.py)
+        self._kept_as_stored: set[type[Any]] = set()  # states that did not decode: never written back
 
     def _encode_front_states(self) -> None:
-        for state in self._front_states.values():
-            encode_front_state(self.record.meta, state)
+        for kind, state in self._front_states.items():
+            if kind not in self._kept_as_stored:
+                encode_front_state(self.record.meta, state)
+
+    def _load_front_state(self, kind: type[S]) -> S | None:
+        state, writable = load_front_state(self.record.meta, kind)
+        if state is not None:
+            self._front_states[kind] = state
+            if not writable:
+                self._kept_as_stored.add(kind)
+        return state
 
     def front_state(self, kind: type[S]) -> S:
         """The typed state a front keeps with this session (bridge/session/state.py):
@@ -77,23 +87,23 @@ class Journal:
         with the record. The front changes it in place; `save_record()` stores it now."""
         state = self._front_states.get(kind)
         if state is None:
-            state = self._front_states[kind] = decode_front_state(self.record.meta, kind)
+            state = self._load_front_state(kind)
+            if state is None:
+                state = self._front_states[kind] = kind()
         return state  # type: ignore[return-value]
 
     def find_front_state(self, kind: type[S]) -> S | None:
         """`front_state(kind)`, or None when this session has none (its front never made one)."""
         state = self._front_states.get(kind)
         if state is None:
-            state = stored_front_state(self.record.meta, kind)
-            if state is not None:
-                self._front_states[kind] = state
+            state = self._load_front_state(kind)
         return state  # type: ignore[return-value]
 
     def write_front_state(self, kind: type[FrontState]) -> None:
         """Encode `kind` into `record.meta` now, for a reader of the record between writes
         (the chat back reads the chat front's run options there: bridge/backs/chat/back.py)."""
         state = self._front_states.get(kind)
-        if state is not None:
+        if state is not None and kind not in self._kept_as_stored:
             encode_front_state(self.record.meta, state)
 
     async def flush(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
-__all__ = ["FrontState", "decode_front_state", "encode_front_state", "stored_front_state"]
+__all__ = ["FrontState", "decode_front_state", "encode_front_state", "load_front_state", "stored_front_state"]
 
 log = logging.getLogger("bridge.session")
 
@@ -35,23 +35,33 @@ class FrontState(msgspec.Struct, kw_only=True, omit_defaults=True):
 S = TypeVar("S", bound=FrontState)
 
 
-def stored_front_state(meta: dict[str, Any], kind: type[S]) -> S | None:
-    """`kind` as stored in `meta`, or None when the record has none (never written by its front)."""
+def load_front_state(meta: dict[str, Any], kind: type[S]) -> tuple[S | None, bool]:
+    """`kind` as stored in `meta` (None when the record has none: never written by its
+    front), and whether it may be written back.
+
+    A stored state that does not decode (a record from another version, or edited by
+    hand) reads as empty and must not be written back: that would erase what the
+    record holds (every task of an A2A context) for one bad entry.
+    """
     key = kind.meta_key
     if key is not None:
         raw = meta.get(key)
-        if not isinstance(raw, dict):
-            return None
+        if raw is None:
+            return None, True
     else:
         raw = {name: meta[name] for name in kind.__struct_fields__ if name in meta}
         if not raw:
-            return None
+            return None, True
     try:
-        return msgspec.convert(raw, kind, strict=False)
+        return msgspec.convert(raw, kind, strict=False), True
     except msgspec.ValidationError as exc:
-        # Written by this code, so this is a record from another version or edited by hand.
-        log.warning("a session record's %s state does not decode (%s); starting it empty", kind.__name__, exc)
-        return kind()
+        log.warning("a session record's %s state does not decode (%s); read as empty and kept as stored", kind.__name__, exc)
+        return kind(), False
+
+
+def stored_front_state(meta: dict[str, Any], kind: type[S]) -> S | None:
+    """`kind` as stored in `meta`, or None when the record has none (never written by its front)."""
+    return load_front_state(meta, kind)[0]
 
 
 def decode_front_state(meta: dict[str, Any], kind: type[S]) -> S:

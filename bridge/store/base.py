@@ -20,7 +20,7 @@ whose owner still runs (another process sharing the state directory) is left alo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import msgspec
@@ -51,6 +51,16 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     meta: dict[str, object] = {}
     last_seq: int = 0
     closed: bool = False
+
+    # `meta` holds what fronts keep, webhook tokens among it: no repr shows it (STYLE.md rule 21).
+    def __repr__(self) -> str:
+        return f"SessionRecord(session_id={self.session_id!r}, route={self.route!r}, last_seq={self.last_seq}, closed={self.closed})"
+
+    def __rich_repr__(self) -> Iterator[tuple[str, object]]:
+        yield "session_id", self.session_id
+        yield "route", self.route
+        yield "last_seq", self.last_seq
+        yield "closed", self.closed
 
 
 class TurnRecord(msgspec.Struct, kw_only=True):

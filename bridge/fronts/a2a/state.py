@@ -16,6 +16,7 @@ lists only those, and a `contextId` naming any other session is unknown.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
 import msgspec
@@ -31,13 +32,18 @@ class A2APushConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     id: str
     url: str
-    dialect: str
+    dialect: str = "1.0"  # records written before the dialect was kept
     token: str | None = None
     scheme: str | None = None
     credentials: str | None = None
 
-    def __repr__(self) -> str:  # `token` and `credentials` are the receiver's secrets (STYLE.md rule 21)
+    # `token` and `credentials` are the receiver's secrets: no repr shows them (STYLE.md rule 21).
+    def __repr__(self) -> str:
         return f"A2APushConfig(id={self.id!r}, dialect={self.dialect!r})"
+
+    def __rich_repr__(self) -> Iterator[tuple[str, str]]:
+        yield "id", self.id
+        yield "dialect", self.dialect
 
 
 class A2ATask(msgspec.Struct, kw_only=True, omit_defaults=True):
