@@ -101,7 +101,7 @@ class Journal:
 
     def write_front_state(self, kind: type[FrontState]) -> None:
         """Encode `kind` into `record.meta` now, for a reader of the record between writes
-        (the chat back reads the chat front's run options there: bridge/backs/chat/back.py)."""
+        (the chat back reads the chat front's run options there: bridge/backs/chat/server.py)."""
         state = self._front_states.get(kind)
         if state is not None and kind not in self._kept_as_stored:
             encode_front_state(self.record.meta, state)

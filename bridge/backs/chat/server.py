@@ -49,7 +49,7 @@ def where(url: str) -> str:
 
 # `SessionRecord.meta["chat_runs"][turn_id]`: what our `/ws` front's `chat:send` asked
 # for (headless, output_schema), written before the turn reaches the back
-# (bridge/fronts/chat/streams.py RUNS_KEY).
+# (bridge/fronts/chat/state.py, `ChatSessionState.chat_runs`).
 _RUNS_KEY = "chat_runs"
 
 

@@ -4,7 +4,7 @@ Under `/a2a/{route}` on the daemon's listener:
 
     GET  /.well-known/agent-card.json        the agent card (no auth; ETag, Cache-Control)
     POST (the interface URL itself)          JSON-RPC: every method of both dialects
-    POST /message:send | /message:stream     HTTP+JSON 1.0 (§2.2), and
+    POST /message:send | /message:stream     HTTP+JSON 1.0 (A2A spec §5.3), and
     GET  /tasks, /tasks/{id}                 the same paths under /v1 for 0.3
     POST /tasks/{id}:cancel                  (0.3 has no ListTasks, and GET /v1/card
     POST|GET /tasks/{id}:subscribe           for the extended card)
@@ -14,7 +14,7 @@ Under `/a2a/{route}` on the daemon's listener:
 and `/.well-known/agent-card.json` at the root for `[a2a] default_route` (else the
 config's `default_route`, else the only route).
 
-Dialect: the `A2A-Version` header; without it a request is 0.3 (§2.1) and is
+Dialect: the `A2A-Version` header; without it a request is 0.3 (A2A spec, versioning: a missing `A2A-Version` means 0.3) and is
 answered in 0.3 shapes; a 1.0 method or path without it is VersionNotSupportedError
 saying to send the header. Cards: a client that asks with `A2A-Version: 1.x` gets
 a plain 1.0 card; any other request gets the merged card (1.0 fields and the 0.3
@@ -27,7 +27,7 @@ the card needs the token: none → 401 (`WWW-Authenticate`), a wrong one → 403
 card's `securitySchemes` / `securityRequirements` say which. Requests must be JSON
 (`application/json`, `application/a2a+json`, or no Content-Type): anything else is
 415 with ContentTypeNotSupportedError. Errors carry a `google.rpc.ErrorInfo`
-(§2.6): JSON-RPC answers them with HTTP 200, HTTP+JSON with the mapped status.
+(A2A spec, error handling): JSON-RPC answers them with HTTP 200, HTTP+JSON with the mapped status.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ bounds its own queue and is dropped when its client is too slow; the task goes o
 
 `SseStream` is one SSE response (SendStreamingMessage, SubscribeToTask): frames
 queued without awaiting, written by `run` in batches, one `http.response.body`
-for everything waiting (performance.md: one body per event ~10–15 k/s, batched
-~2 M/s); a `: keepalive` comment when nothing was written for `heartbeat_s`;
+for everything waiting (STYLE.md rule 13: one body per event is ~100× slower than
+batched bodies under hypercorn); a `: keepalive` comment when nothing was written for `heartbeat_s`;
 `Cache-Control: no-cache` and `X-Accel-Buffering: no` so proxies do not buffer
 (DESIGN.md complaint 1). A client that disconnects only ends its stream: the task
-is not cancelled (§6.6).
+is not cancelled (A2A spec, streaming: a dropped stream does not cancel the task).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ back unchanged:
 - `chat_runs`: turn id → the `RunOptions` a headless `chat:send` asked for (Blade API docs,
   api/chat-flow.md, headless and `output_schema`), with the output check's outcome once
   the run ended. The chat back reads it from the record to pass the request on
-  (bridge/backs/chat/back.py `run_options`), so `ws.py` writes it into the record at once.
+  (bridge/backs/chat/server.py `run_options`), so `ws.py` writes it into the record at once.
 """
 
 from __future__ import annotations

@@ -416,7 +416,7 @@ class WsConnection:
             option = next((o for o in session.route.options if o.category == category), None) if value else None
             if option is not None and value in {v.value for v in option.values}:
                 await session.set_option(option.id, value)
-            # Other values are ignored: Blade clients send mode "executing" to every agent (§4.2).
+            # Other values are ignored: Blade clients send mode "executing" to every agent (Blade api/chat-flow.md, `chat:send`).
         turn = session.start_turn(content)
         if p.headless or p.output_schema is not None:
             session.front_state(ChatSessionState).chat_runs[turn.turn_id] = chat.RunOptions(headless=True, output_schema=p.output_schema)

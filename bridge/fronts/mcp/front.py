@@ -46,7 +46,7 @@ __all__ = ["McpFront", "serve_mcp_stdio"]
 log = logging.getLogger("bridge.fronts.mcp.front")
 
 _PAGE = 100
-_MAX_VALUES = 100  # completion values per answer (§3.4)
+_MAX_VALUES = 100  # completion values per answer (MCP 2025-11-25, Completion: at most 100)
 _SETTLE_S = 10.0  # a first prompts/list waits this long at most for sources still starting
 
 
