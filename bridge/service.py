@@ -247,10 +247,9 @@ class _Service:
         *,
         task_status: trio.TaskStatus[list[str]],
     ) -> None:
-        from hypercorn.trio import serve as hyper_serve
-
         from bridge.doctor import Readiness
         from bridge.fronts.acp.unix_socket import AcpSocketFront
+        from bridge.fronts.http_guard import serve as hyper_serve  # one connection's fault ends only it
 
         metrics = self.metrics
         manager.observer = metrics

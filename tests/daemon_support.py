@@ -476,13 +476,14 @@ async def raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStr
     return stream, rest
 
 
-def ws_frame(payload: bytes, opcode: int = 1) -> bytes:
-    """One masked client frame holding any bytes (RFC 6455 §5.2: the shortest length)."""
+def ws_frame(payload: bytes, opcode: int = 1, *, fin: bool = True) -> bytes:
+    """One masked client frame holding any bytes (RFC 6455 §5.2: the shortest length);
+    `fin=False` makes it a fragment that a continuation frame (opcode 0) must follow (§5.4)."""
     import struct
 
     mask = os.urandom(4)
     n = len(payload)
-    head = bytes([0x80 | opcode])
+    head = bytes([(0x80 if fin else 0) | opcode])
     if n < 126:
         head += bytes([0x80 | n])
     elif n < 1 << 16:

@@ -107,15 +107,27 @@ def hypercorn_stream(send: Any) -> Any:
 
 
 def close_frame_on_protocol_error(stream: Any) -> None:
-    """Make hypercorn send the close frame when wsproto fails the connection.
+    """Make hypercorn send the close frame when wsproto fails the connection, and never
+    hand hypercorn's message buffer a message it cannot hold.
 
     A frame wsproto refuses (a text message that is not UTF-8: RFC 6455 §8.1, close
-    1007; a bad opcode or mask: 1002) comes out of `Connection.events()` as a
-    `CloseConnection` while the connection is still OPEN. hypercorn 0.18
-    (`WSStream._handle_events`) answers a close only in REMOTE_CLOSING, so it drops
-    the TCP connection without one, where §7.1.7 says the endpoint SHOULD send a
-    Close frame with the status code. Wrapping `events()` so that such a close moves
-    the connection to REMOTE_CLOSING makes hypercorn answer it with that code.
+    1007; a bad opcode or mask, or a data frame inside a fragmented message, §5.4:
+    1002) comes out of `Connection.events()` as a `CloseConnection` while the
+    connection is still OPEN. hypercorn 0.18 (`WSStream._handle_events`) answers a
+    close only in REMOTE_CLOSING, so it drops the TCP connection without one, where
+    §7.1.7 says the endpoint SHOULD send a Close frame with the status code. Wrapping
+    `events()` so that such a close moves the connection to REMOTE_CLOSING makes
+    hypercorn answer it with that code.
+
+    The same wrapper keeps data messages from hypercorn once the connection is no
+    longer OPEN. When a message outgrows `websocket_max_message_size` hypercorn sends
+    1009 and stops reading events, but leaves the message's first part in its buffer
+    (one StringIO or BytesIO per connection); the client's next data frame, sent
+    before it saw the close, was appended to it, and a message of the other type
+    raised TypeError in hypercorn's read loop. Once we sent or received a Close, data
+    frames are discarded (§1.4: after a Close, no further data is sent or delivered).
+    And should a message ever change type before its final fragment (wsproto refuses
+    that, §5.4, but hypercorn's buffer cannot hold it), the connection fails with 1002.
 
     Called before `websocket.accept`: the connection is made inside the accept, and
     the client's first frame may be read before the accept's `send` returns to us.
@@ -125,15 +137,28 @@ def close_frame_on_protocol_error(stream: Any) -> None:
     if accept is None:
         return
     from wsproto.connection import ConnectionState
-    from wsproto.events import CloseConnection
+    from wsproto.events import CloseConnection, Message
+    from wsproto.frame_protocol import CloseReason
 
     def accept_failing_with_close_frame(*args: Any, **kwargs: Any) -> Any:
         status, headers, conn = accept(*args, **kwargs)
         events = conn.events
+        # The type of the message whose final fragment is still to come. Kept across
+        # calls: a message's parts arrive over several reads, and hypercorn may stop
+        # iterating half-way (its 1009 `break`).
+        partial: list[type | None] = [None]
 
         def failing_with_close_frame() -> Any:
             for event in events():
-                if isinstance(event, CloseConnection) and conn.state is ConnectionState.OPEN:
+                if isinstance(event, Message):
+                    if conn.state is not ConnectionState.OPEN:
+                        continue  # closing: nothing more reaches hypercorn's buffer or the app
+                    if partial[0] is not None and type(event) is not partial[0]:
+                        conn._state = ConnectionState.REMOTE_CLOSING
+                        yield CloseConnection(code=CloseReason.PROTOCOL_ERROR, reason="a new message inside a fragmented one")
+                        return
+                    partial[0] = None if event.message_finished else type(event)
+                elif isinstance(event, CloseConnection) and conn.state is ConnectionState.OPEN:
                     conn._state = ConnectionState.REMOTE_CLOSING
                 yield event
 
