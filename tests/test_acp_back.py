@@ -525,6 +525,64 @@ async def test_daemon_stop_mid_turn_leaves_no_process(tmp_path: Path) -> None:
         await wait_gone(tag, children)
 
 
+# -- the agent withdraws a request of its own ------------------------------------------------------
+
+
+async def test_the_agents_cancel_request_stops_a_forwarded_call_answered_32800() -> None:
+    """ACP schema, `$/cancel_request`: a forwarded `fs/*` call the agent withdraws stops
+    (and is withdrawn from the editor in turn), answered -32800; the agent's other
+    requests go on. The process's pipes are memory streams here."""
+    import json
+
+    import trio.testing
+
+    from bridge.backs.acp.config import AcpBackConfig
+    from bridge.backs.acp.process import AgentProcess
+    from bridge.schema import acp
+    from bridge.transport.ndjson import NdjsonConnection
+
+    quiet = logging.getLogger("test.acp_back")
+    to_agent, from_back = trio.testing.memory_stream_one_way_pair()
+    to_editor, at_editor = trio.testing.memory_stream_one_way_pair()
+    editor = NdjsonConnection(to_editor, max_outbox_items=64, log=quiet)  # the front's side
+
+    class Forwarding:
+        session_id = "b1"
+
+        async def on_call(self, method: str, params: Any) -> Any:
+            if method == "fs/write_text_file":
+                return {}
+            return await editor.request(method, {"sessionId": "b1"}, timeout_s=30)
+
+    async def frames(stream: Any, n: int) -> list[dict[str, Any]]:
+        buf = b""
+        while buf.count(b"\n") < n:
+            buf += await stream.receive_some()
+        return [json.loads(line) for line in buf.splitlines()]
+
+    cfg = AcpBackConfig(command=["agent"])
+    proc = AgentProcess(route="r", cfg=cfg, argv=["agent"], env={}, cwd=None, client_caps=acp.ClientCapabilities(), owner="t")
+    proc._conn = NdjsonConnection(to_agent, max_outbox_items=64, log=quiet)
+    proc.sessions["a1"] = Forwarding()  # type: ignore[assignment]
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            proc._nursery = nursery
+            nursery.start_soon(proc._conn.write_loop)
+            nursery.start_soon(editor.write_loop)
+            proc._frame(b'{"jsonrpc":"2.0","id":5,"method":"fs/read_text_file","params":{"sessionId":"a1","path":"/x"}}')
+            (forwarded,) = await frames(at_editor, 1)
+            assert forwarded["method"] == "fs/read_text_file"
+            proc._frame(b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":5}}')
+            proc._frame(b'{"jsonrpc":"2.0","id":6,"method":"fs/write_text_file","params":{"sessionId":"a1"}}')
+            answers = {m["id"]: m for m in await frames(from_back, 2)}
+            assert answers[5]["error"]["code"] == -32800, answers
+            assert answers[6]["result"] == {}
+            (withdrawn,) = await frames(at_editor, 1)
+            assert withdrawn == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": forwarded["id"]}}
+            assert proc._calls == 0
+            nursery.cancel_scope.cancel()
+
+
 # -- the head of an oversized line (sans-I/O) ----------------------------------------------------
 
 

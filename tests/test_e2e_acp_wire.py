@@ -393,6 +393,40 @@ async def test_frame_limit_from_config(spawn: Any, workdir: str, small_frames_co
         await b.finish()
 
 
+# -- request ids and cancellation ---------------------------------------------------------
+
+
+async def test_an_id_still_in_flight_is_refused_and_cancel_request_ends_the_prompt(spawn: Any, workdir: str) -> None:
+    # JSON-RPC 2.0 §5: a response carries its request's id, so an id a prompt still holds
+    # is refused -32600 (a second turn under it could never be told apart, nor cancelled
+    # when the editor goes away); `$/cancel_request` (ACP schema, CancelRequestNotification)
+    # for the prompt cancels its turn as session/cancel does.
+    async with spawn() as b:
+        await b.initialize()
+        sid = await b.new_session(workdir)
+        slow = {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}
+        await b.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt", "params": slow})
+        again = {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}
+        await b.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt", "params": again})
+        refused, _ = await b.until_response("p")
+        assert refused["error"]["code"] == -32600 and "in flight" in refused["error"]["message"], refused
+        await b.send({"jsonrpc": "2.0", "id": "p", "method": "session/list", "params": {}})
+        refused, _ = await b.until_response("p")
+        assert refused["error"]["code"] == -32600, refused
+        await b.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "p"}})
+        with trio.fail_after(3):  # the slow turn streams for 5 s when left alone
+            answer, updates = await b.until_response("p")
+        assert answer["result"] == {"stopReason": "cancelled"}, answer
+        said = "".join(u["params"]["update"]["content"]["text"] for u in updates if u.get("method") == "session/update"
+                       and u["params"]["update"]["sessionUpdate"] == "agent_message_chunk")  # fmt: skip
+        assert "You said: hello" not in said
+        # The id is free again once answered.
+        await b.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt", "params": again})
+        ok, _ = await b.until_response("p")
+        assert ok["result"] == {"stopReason": "end_turn"}, ok
+        await b.finish()
+
+
 # -- big frames that are allowed ---------------------------------------------------------
 
 

@@ -544,6 +544,55 @@ async def test_an_acp_request_whose_handler_raises_is_a_32603_and_the_connection
             await to_bridge_send.aclose()
 
 
+async def test_a_bug_asking_the_editor_a_question_cancels_that_question_only(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`EditorQuestions.ask` runs in the ACP connection's nursery: a bug there is that
+    question's (answered cancelled, logged ERROR), never the connection's."""
+    import json
+
+    from bridge.fronts.acp import questions
+    from bridge.fronts.acp.front import AcpConnection
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug building the permission request")
+
+    monkeypatch.setattr(questions.codec, "permission_request", broken)
+    config = make_config()
+    to_bridge_send, to_bridge_recv = trio.testing.memory_stream_one_way_pair()
+    from_bridge_send, from_bridge_recv = trio.testing.memory_stream_one_way_pair()
+    buf = b""
+
+    async def request(id: int, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        nonlocal buf
+        await to_bridge_send.send_all(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode() + b"\n")
+        before = []
+        while True:
+            while b"\n" not in buf:
+                buf += await from_bridge_recv.receive_some()
+            line, _, buf = buf.partition(b"\n")
+            msg = json.loads(line)
+            if msg.get("id") == id and "method" not in msg:
+                return msg, before
+            before.append(msg)
+
+    with trio.fail_after(CEILING_S):
+        async with running(config) as manager, trio.open_nursery() as nursery:
+            conn = AcpConnection(to_bridge_recv, from_bridge_send, manager=manager, config=config, route="demo")
+            nursery.start_soon(conn.run)
+            assert "result" in (await request(1, "initialize", {"protocolVersion": 1}))[0]
+            sid = (await request(2, "session/new", {"cwd": "/w", "mcpServers": []}))[0]["result"]["sessionId"]
+            ended, seen = await request(3, "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "ask: x"}]})
+            assert ended["result"] == {"stopReason": "end_turn"}, ended
+            assert not any(m.get("method") == "session/request_permission" for m in seen)
+            said = "".join(m["params"]["update"].get("content", {}).get("text", "") for m in seen
+                           if m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")  # fmt: skip
+            assert "left notes.txt alone" in said  # a cancelled question is never an allow
+            assert any(r.levelno == logging.ERROR and "asking the editor question" in r.getMessage() for r in caplog.records)
+            assert "result" in (await request(4, "session/list", {}))[0]  # the connection goes on
+            await to_bridge_send.aclose()
+
+
 async def test_a_store_that_refuses_one_sessions_events_closes_that_session_only(caplog: pytest.LogCaptureFixture) -> None:
     """An error storing a session's events (the store's, or ours encoding them) once
     rose through the shared flusher and ended the manager with every session."""

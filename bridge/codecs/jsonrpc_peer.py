@@ -32,6 +32,7 @@ import msgspec
 from msgspec import UNSET, Raw
 
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, Reply, decode_params, encode_lines, error_response, parse
+from bridge.schema.acp import CancelRequestParams
 from bridge.schema.jsonrpc import ErrorObject, Notification, Request, RequestId, Response
 
 __all__ = [
@@ -49,10 +50,6 @@ T = TypeVar("T")
 
 # ACP schema, `$/cancel_request` (protocol-level notification, params `{requestId}`).
 CANCEL_REQUEST = "$/cancel_request"
-
-
-class _CancelRequestParams(msgspec.Struct, rename="camel"):
-    request_id: int | str
 
 
 class PendingRequest:
@@ -114,7 +111,7 @@ class CancelRequested:
 
 Event = Call | Notify | CancelRequested | RequestResult | RequestError | UnknownReply
 
-_cancel_params = msgspec.json.Decoder(_CancelRequestParams)
+_cancel_params = msgspec.json.Decoder(CancelRequestParams)
 
 
 class JsonRpcPeer:
@@ -150,7 +147,7 @@ class JsonRpcPeer:
         """Withdraw a request still pending: forget it and send `$/cancel_request`."""
         pending = self.pending.pop(id, None)
         if pending is not None:
-            self.send(Notification(method=CANCEL_REQUEST, params={"requestId": id}))
+            self.send(Notification(method=CANCEL_REQUEST, params=CancelRequestParams(request_id=id)))
         return pending
 
     def forget(self, id: RequestId) -> PendingRequest | None:

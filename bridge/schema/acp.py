@@ -19,6 +19,7 @@ __all__ = [
     "AgentThoughtChunk",
     "AvailableCommand",
     "AvailableCommandsUpdate",
+    "CancelRequestParams",
     "ConfigOptionUpdate",
     "CurrentModeUpdate",
     "PermissionOption",
@@ -116,6 +117,8 @@ class PromptParams(_Acp):
 
 
 class CancelRequestParams(_Acp):
+    """ACP schema, `CancelRequestNotification` (`$/cancel_request`, either direction)."""
+
     request_id: int | str
 
 

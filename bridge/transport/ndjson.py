@@ -1,8 +1,8 @@
 """One newline-delimited JSON-RPC connection on trio: a reader task, a bounded outbox
 and its writer, around the sans-I/O peer of `bridge/codecs/jsonrpc_peer.py`.
 
-Used by the ACP front (stdio and the unix socket), the ACP back (an agent's pipes) and,
-for its framing (`receive_frames`, `Outbox`, `write_batches`), the MCP stdio transport.
+Used by the ACP front (stdio and the unix socket) and the ACP back (an agent's pipes);
+the MCP stdio transport uses only its reading (`receive_frames`).
 
 - Reading: `receive_frames` reads up to 64 KiB and hands the complete lines to the
   caller, bounded by `LineReader` (bridge/codecs/ndjson.py): a line over
@@ -11,17 +11,23 @@ for its framing (`receive_frames`, `Outbox`, `write_batches`), the MCP stdio tra
   writer takes everything waiting and sends it with one `send_all`. The outbox is
   bounded by backpressure: above its bound it is *congested* and well-behaved producers
   (the session's `_flow`, the reader) wait in `wait_uncongested` (STYLE.md rule 14).
-- `NdjsonConnection.request` sends through the peer and waits for the outcome;
-  `serve_call` is the supervising boundary of one incoming request (STYLE.md rule 17):
+- `NdjsonConnection.request` sends through the peer and waits for the outcome; a wait
+  that ends without one (its timeout, or the waiting task cancelled) withdraws the
+  request with `$/cancel_request` (ACP schema, `CancelRequestNotification`).
+- `serve_call` is the supervising boundary of one incoming request (STYLE.md rule 17):
   a `BridgeError` becomes its mapped JSON-RPC error, anything else is logged as our bug
-  and answered -32603, and nothing reaches the connection or its other requests.
+  and answered -32603, and nothing reaches the connection or its other requests. While
+  it runs, its handler's cancel scope is kept by request id (`serving`), so the peer's
+  `$/cancel_request` for it (`cancel_served`) stops that handler alone, and the request
+  is answered -32800 (ACP schema, `ErrorCode` "Request cancelled").
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -35,7 +41,7 @@ from bridge.codecs.jsonrpc_peer import (
     UnknownReply,
 )
 from bridge.codecs.ndjson import LineReader, Oversized
-from bridge.errors import BridgeError, InternalError
+from bridge.errors import BridgeError, InternalError, InvalidRequest, RequestCancelled
 
 __all__ = ["ANSWERED", "NdjsonConnection", "Outbox", "receive_frames", "write_batches"]
 
@@ -72,10 +78,6 @@ class Outbox:
 
     def __len__(self) -> int:
         return len(self._items)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def put(self, item: Any) -> None:
         if self._closed:
@@ -144,7 +146,7 @@ class NdjsonConnection:
     not handle itself to `peer.receive`, settling replies with `settled`.
     """
 
-    __slots__ = ("send_stream", "outbox", "peer", "log", "_waiters")
+    __slots__ = ("send_stream", "outbox", "peer", "log", "_waiters", "_serving")
 
     def __init__(self, send: trio.abc.SendStream, *, max_outbox_items: int, log: logging.Logger) -> None:
         self.send_stream = send
@@ -152,6 +154,7 @@ class NdjsonConnection:
         self.peer = JsonRpcPeer(self.outbox.put)
         self.log = log
         self._waiters: dict[Any, _Waiter] = {}
+        self._serving: dict[Any, trio.CancelScope] = {}  # incoming request id → its handler's scope
 
     async def write_loop(self) -> bool:
         """The writer task: True once the outbox closed and was sent, False if the peer went away."""
@@ -171,8 +174,10 @@ class NdjsonConnection:
         return pending
 
     async def wait(self, pending: PendingRequest, *, timeout_s: float | None = None) -> RequestResult | RequestError | None:
-        """The outcome of a request: None when it does not come within `timeout_s` (the
-        request is forgotten) or the connection ends (`abandon_all`)."""
+        """The outcome of a request: None when it does not come within `timeout_s` or the
+        connection ends (`abandon_all`). Given up on (the timeout, or the waiting task
+        cancelled), the request is withdrawn with `$/cancel_request` (ACP schema,
+        `CancelRequestNotification`); its late answer is then an `UnknownReply`."""
         waiter = self._waiters.get(pending.id)
         if waiter is None:
             return None
@@ -184,18 +189,17 @@ class NdjsonConnection:
                     await waiter.done.wait()
         finally:
             self._waiters.pop(pending.id, None)
-            self.peer.forget(pending.id)
+            # Settled, failed or abandoned: no longer pending, and nothing is sent.
+            self.peer.cancel(pending.id)
         return waiter.outcome
 
-    def waiting(self, request_id: Any) -> bool:
-        """Whether a request of ours still waits for its answer."""
-        return request_id in self._waiters
-
     def withdraw(self, request_id: Any) -> None:
-        """Withdraw a request still waiting (`$/cancel_request`); its waiter keeps waiting
-        for the peer's answer to the cancellation, as the ACP schema has it."""
-        if request_id in self._waiters and request_id in self.peer.pending:
-            self.peer.notify("$/cancel_request", {"requestId": request_id})
+        """Withdraw a request still waiting (`$/cancel_request`): its waiter gets None now,
+        the peer's answer to it (-32800, or the result after all) is an `UnknownReply`."""
+        if self.peer.cancel(request_id) is not None:
+            waiter = self._waiters.get(request_id)
+            if waiter is not None:
+                waiter.done.set()
 
     def settled(self, outcome: RequestResult | RequestError | UnknownReply) -> PendingRequest | None:
         """Hand a reply's outcome to whoever waits for it; the request it settled."""
@@ -222,11 +226,37 @@ class NdjsonConnection:
             waiter.done.set()
 
     # -- in -------------------------------------------------------------------------------
+    @contextmanager
+    def serving(self, request_id: Any) -> Iterator[trio.CancelScope]:
+        """The cancel scope of one incoming request's handler, found by `cancel_served`
+        while it runs. `InvalidRequest` when a request with that id is still being
+        served: JSON-RPC 2.0 §5, the response carries the request's id, so two
+        outstanding requests with one id could not be told apart."""
+        if request_id in self._serving:
+            raise InvalidRequest(f"request id {request_id!r} is already in use by a request in flight")
+        scope = self._serving[request_id] = trio.CancelScope()
+        try:
+            with scope:
+                yield scope
+        finally:
+            del self._serving[request_id]
+
+    def cancel_served(self, request_id: Any) -> bool:
+        """The peer withdrew its request `request_id` (ACP schema, `$/cancel_request`):
+        cancel its handler, if it still runs. Whether one did."""
+        scope = self._serving.get(request_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
     async def serve_call(self, call: Call, handler: Callable[[Call], Awaitable[Any]], *, what: str) -> None:
         """Run one incoming request's handler and answer it: the handler's result, or
-        `ANSWERED` when it answers by itself; an error by meaning (bridge/errors.py)."""
+        `ANSWERED` when it answers by itself; an error by meaning (bridge/errors.py);
+        -32800 when the peer withdrew it (`cancel_served`) before the handler ended."""
         try:
-            result = await handler(call)
+            with self.serving(call.id) as scope:
+                result = await handler(call)
         except BridgeError as exc:
             self.log.warning("%s %s failed: %s", what, call.method, exc.message)
             self.peer.respond_error(call.id, exc)
@@ -236,5 +266,10 @@ class NdjsonConnection:
             self.log.exception("%s %s failed", what, call.method)
             self.peer.respond_error(call.id, InternalError("internal error"))
         else:
-            if result is not ANSWERED:
+            if scope.cancelled_caught:
+                # Only this handler's scope was cancelled; a cancellation from outside
+                # (the connection ending) is not caught here and goes on up.
+                self.log.info("%s %s cancelled by the peer", what, call.method)
+                self.peer.respond_error(call.id, RequestCancelled("request cancelled"))
+            elif result is not ANSWERED:
                 self.peer.respond(call.id, result)

@@ -10,7 +10,8 @@ session's turn `flow()`s once per read, not per event), one writer (the bounded
 outbox of `bridge/transport/ndjson.py`, drained into one write), the stderr logger
 of `AgentLifecycle`, and one task per request
 the agent sends us. Ids, pending requests and settling are the shared JSON-RPC peer's
-(`bridge/codecs/jsonrpc_peer.py`).
+(`bridge/codecs/jsonrpc_peer.py`); the agent's `$/cancel_request` for one of its requests
+stops that request's task, which answers -32800 (ACP schema, `ErrorCode`).
 
 A line over `max_frame_bytes` (DESIGN.md, complaint 7) is never buffered whole: as
 soon as it crosses the bound, what it belongs to fails with a clear error, judged from
@@ -39,6 +40,7 @@ from bridge.codecs.jsonrpc_peer import CancelRequested, RequestError, RequestRes
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.backs.acp.config import AcpBackConfig as AcpBack
 from bridge.errors import BackError, BackUnavailable, BridgeError, Busy, FrameTooLarge, MethodNotFound, NotFound
+from bridge.errors import RequestCancelled
 from bridge.schema import acp
 from bridge.schema.jsonrpc import Request
 from bridge.transport.ndjson import NdjsonConnection, receive_frames
@@ -292,11 +294,14 @@ class AgentProcess(AgentLifecycle):
             self._serve(msg)
             return None
         if type(msg) is CancelRequested:
-            return None  # our answers to the agent are quick; nothing long to withdraw
-        if type(msg) is not Notify:
-            settled = conn.settled(msg)  # type: ignore[arg-type]
-            if settled is not None and settled.context.on_settle is not None:
-                settled.context.on_settle()
+            # The agent withdrew a request of its own (ACP schema, `$/cancel_request`): a
+            # forwarded `fs/*` or `terminal/*` call may wait up to the editor's
+            # request_timeout_s; its handler stops and it is answered -32800.
+            conn.cancel_served(msg.request_id)
+            return None
+        settled = conn.settled(msg)  # type: ignore[arg-type]
+        if settled is not None and settled.context.on_settle is not None:
+            settled.context.on_settle()
         return None
 
     def _oversized(self, frame: Oversized) -> None:
@@ -366,6 +371,8 @@ class AgentProcess(AgentLifecycle):
         self._nursery.start_soon(self._serve_one, call)
 
     async def _serve_one(self, call: Call) -> None:
+        conn = self._conn
+        assert conn is not None
         try:
             try:
                 ref = _ref_decoder.decode(call.params or b"{}")
@@ -377,9 +384,14 @@ class AgentProcess(AgentLifecycle):
                 if call.method.startswith(("session/", "fs/", "terminal/", "elicitation/")):
                     raise NotFound(f"unknown session {ref.session_id!r}")
                 raise MethodNotFound(f"method not found: {call.method}")
-            result = await handler.on_call(call.method, call.params)
+            # Its scope is the agent's to cancel (`cancel_served`); a cancellation from
+            # outside (the process ending) is not caught here.
+            with conn.serving(call.id) as scope:
+                result = await handler.on_call(call.method, call.params)
+            if scope.cancelled_caught:
+                raise RequestCancelled(f"{call.method} cancelled by the agent")
         except BridgeError as exc:
-            if not isinstance(exc, (MethodNotFound, NotFound)):
+            if not isinstance(exc, (MethodNotFound, NotFound, RequestCancelled)):
                 log.warning("%s: agent request %s failed: %s", self.label(), call.method, exc.message)
             self._answer_error(call.id, exc)
         except Exception as exc:

@@ -176,9 +176,14 @@ class AcpConnection:
         elif kind is Notify:
             self._notification(msg)  # type: ignore[arg-type]
         elif kind is CancelRequested:
-            session = self.prompts.get(msg.request_id)  # type: ignore[union-attr]
+            rid = msg.request_id  # type: ignore[union-attr]
+            session = self.prompts.get(rid)
             if session is not None:
-                session.cancel()  # the prompt is then answered `cancelled`
+                # A prompt is withdrawn as `session/cancel` does: its turn is cancelled and
+                # the prompt answered stopReason `cancelled` (ACP, Prompt Turn: Cancellation).
+                session.cancel()
+            else:
+                self.conn.cancel_served(rid)  # any other request: answered -32800
         else:
             self.conn.settled(msg)  # type: ignore[arg-type]
 
@@ -188,6 +193,10 @@ class AcpConnection:
             raise MethodNotFound(f"method not found: {call.method}")
         if call.method != "initialize" and not self.initialized:
             raise InvalidRequest("call initialize first")
+        if call.id in self.prompts:
+            # JSON-RPC 2.0 §5: a response carries its request's id, so an id still in
+            # flight (a prompt not yet answered) cannot be used again.
+            raise InvalidRequest(f"request id {call.id!r} is already in use by a session/prompt in flight")
         if call.method.startswith("session/") and not self.authenticated:
             auth = self.route.acp_auth
             assert auth is not None

@@ -8,7 +8,10 @@ several answers or free text and the editor declared form elicitation in `initia
 (ACP schema, `ClientCapabilities`). The editor's answer goes back to the session; no
 answer in time, an error, or an answer that does not decode is a cancelled question.
 A question answered elsewhere (another client, a timeout, a cancel) withdraws our
-request (`$/cancel_request`, through the connection's JSON-RPC peer).
+request (`$/cancel_request`, through the connection's JSON-RPC peer). Each question is
+asked by a task of its own in the connection's nursery, inside its own boundary
+(STYLE.md rule 17): a bug while asking is logged and that question answered cancelled,
+and the connection, its sessions and its other questions go on.
 """
 
 from __future__ import annotations
@@ -47,6 +50,16 @@ class EditorQuestions:
 
     async def ask(self, session: Session, question: Question) -> None:
         """Ask the editor `question` and answer it in `session` (a task per question)."""
+        try:
+            await self._ask(session, question)
+        except Exception:
+            log.exception("asking the editor question %s of session %s failed; answered cancelled", question.id, session.id)
+            try:
+                _answer(session, question.id, cancelled=True)
+            except Exception:
+                log.exception("cancelling question %s of session %s failed", question.id, session.id)
+
+    async def _ask(self, session: Session, question: Question) -> None:
         caps = self.services.caps
         elicit = caps.elicitation is not None and caps.elicitation.form is not None
         if question.kind == "form" or (question.kind == "choice" and elicit and (question.multi_select or question.allow_text)):
