@@ -124,3 +124,27 @@ async def test_a_removed_routes_turn_is_cancelled_after_the_grace_period(
                 done = await old.response(rid, timeout=15)
                 assert done["result"] == {"stopReason": "cancelled"}, done
             assert "turn(s) of removed routes cancelled after 0.5 s" in d.log_text()
+
+
+async def test_the_backs_of_removed_routes_are_closed_even_when_one_raises() -> None:
+    """`Back.aclose` is part of the protocol (bridge/backs/base.py): every removed
+    route's back is closed, and one that raises does not stop the others."""
+    from bridge.reload import _retire
+
+    class Manager:
+        async def drain(self, grace_s: float, *, sessions: list[object]) -> int:
+            return 0
+
+    class Back:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.closed = fails, False
+
+        async def aclose(self) -> None:
+            self.closed = True
+            if self.fails:
+                raise OSError("a bug in the back's close")
+
+    backs = [Back(True), Back(False)]
+    with trio.fail_after(5):
+        await _retire(Manager(), [], backs, 1.0)  # type: ignore[arg-type]
+    assert [b.closed for b in backs] == [True, True]
