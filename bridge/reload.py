@@ -33,10 +33,9 @@ import msgspec
 import trio
 
 from bridge.backs.base import Back
-from bridge.config import Config, load_config
+from bridge.config import Config, load_config, secret_refs
 from bridge.errors import ConfigError
 from bridge.logs import add_secret
-from bridge.registry import SecretRefs, back_kind_of
 from bridge.session import SessionManager
 
 __all__ = ["apply_reload", "import_credentials", "register_secrets", "restart_only_changes"]
@@ -75,25 +74,12 @@ def import_credentials(config: Config) -> list[str]:
     return names
 
 
-def _secret_refs(config: Config) -> list[SecretRefs]:
-    """What each route's back, each route's `acp_auth` and each front's section point at."""
-    refs: list[SecretRefs] = []
-    for route in config.routes.values():
-        secrets = back_kind_of(route.back).secrets
-        if secrets is not None:
-            refs.append(secrets(route.back))
-        if route.acp_auth is not None:
-            refs.append(SecretRefs(envs=(route.acp_auth.token_env,)))
-    for front in config.protocols.fronts.values():
-        if front.secrets is not None and front.key in config.front_sections:
-            refs.append(front.secrets(config.front_sections[front.key]))
-    return refs
-
-
 def register_secrets(config: Config) -> None:
-    """Tell the log formatter every secret value the configuration points at."""
+    """Tell the log formatter every secret value the configuration points at
+    (bridge/config.py, `secret_refs`: checked by `parse_config`, so it does not raise
+    for a configuration that loaded)."""
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    for refs in _secret_refs(config):
+    for refs in secret_refs(config):
         for value in refs.values:
             add_secret(value)
         for name in refs.envs:
