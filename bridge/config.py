@@ -44,6 +44,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_secret",
+    "secret_refs",
 ]
 
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -374,7 +375,10 @@ def parse_config(raw: dict[str, Any]) -> Config:
         problems.append(f"$.default_route: no route named {default_route!r}")
     for front in protocols.fronts.values():
         if front.check is not None and front.key in sections:
-            problems += front.check(sections[front.key], raw_routes.keys())
+            try:
+                problems += front.check(sections[front.key], raw_routes.keys())
+            except ConfigError as exc:  # a plugin's check that raised (bridge/registry.py, `_guard`)
+                problems += exc.problems
     server = sections.get("server")
     if server is not None and _split_listen(server.listen) is None:
         problems.append(f"$.server.listen: expected HOST:PORT, got {server.listen!r}")
@@ -383,7 +387,36 @@ def parse_config(raw: dict[str, Any]) -> Config:
     if problems or top is None:
         raise ConfigError(problems)
     core = {key: sections.pop(key) for key in _SECTIONS}
-    return msgspec.structs.replace(top, routes=routes, front_sections=sections, **core)
+    config = msgspec.structs.replace(top, routes=routes, front_sections=sections, **core)
+    secret_refs(config)  # a plugin's `secrets` that raises is a problem of this file, found now
+    return config
+
+
+def secret_refs(config: Config) -> list[registry.SecretRefs]:
+    """Where every secret of `config` is: each route's back, `acp_auth` and front
+    settings (FrontKind.route_secrets), each front's section. Their values are
+    registered for log redaction (bridge/reload.py). Raises ConfigError listing each
+    plugin whose `secrets` raised."""
+    refs: list[registry.SecretRefs] = []
+    problems: list[str] = []
+    fronts = config.protocols.fronts.values()
+    calls: list[tuple[Any, Any]] = []
+    for route in config.routes.values():
+        calls.append((registry.back_kind_of(route.back).secrets, route.back))
+        calls += [(f.route_secrets, route.front_settings[f.key]) for f in fronts if f.key in route.front_settings]
+        if route.acp_auth is not None:
+            refs.append(registry.SecretRefs(envs=(route.acp_auth.token_env,)))
+    calls += [(f.secrets, config.front_sections[f.key]) for f in fronts if f.key in config.front_sections]
+    for secrets, settings in calls:
+        if secrets is None:
+            continue
+        try:
+            refs.append(secrets(settings))
+        except ConfigError as exc:  # a plugin's (bridge/registry.py, `_guard`)
+            problems += [p for p in exc.problems if p not in problems]
+    if problems:
+        raise ConfigError(problems)
+    return refs
 
 
 def _split_listen(listen: str) -> tuple[str, int] | None:

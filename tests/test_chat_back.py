@@ -431,3 +431,27 @@ async def test_token_file_is_read_from_the_credentials_directory(monkeypatch: py
             message = await failed_with(f"ws://127.0.0.1:{port}/ws", rest, token_file="platform.token")
     assert auth == [f"Bearer {TOKEN}".encode()]
     assert message.endswith("refused the WebSocket: HTTP 401 (check the token in platform.token): expired")
+
+
+# -- the shared HTTP client ------------------------------------------------------------------------
+
+
+async def test_the_rest_client_has_a_bounded_pool() -> None:
+    """bridge/transport/http.py: without `max_connections` a client still has a bound
+    (a bare `httpx.Limits()` has none), so the chat back and the A2A push sender, whose
+    webhooks clients choose, cannot open connections without end (STYLE.md rule 14)."""
+    from bridge.transport.http import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_KEEPALIVE, open_client
+
+    assert (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_KEEPALIVE) == (100, 20)
+    config = parse_config({"routes": {"platform": {"back": {"kind": "chat", "url": "ws://127.0.0.1:1", "rest_url": "http://127.0.0.1:1"}}}})
+    back = make_back("platform", config.routes["platform"])
+    assert isinstance(back, ChatBack)
+    for client in (back.server.client, open_client(connect_timeout_s=1)):
+        pool = client._transport._pool  # type: ignore[attr-defined]  # httpx.AsyncHTTPTransport -> httpcore pool
+        assert (pool._max_connections, pool._max_keepalive_connections) == (100, 20)
+        await client.aclose()
+    # An explicit bound (the A2A back's `max_connections`) keeps every connection alive.
+    client = open_client(connect_timeout_s=1, max_connections=7)
+    pool = client._transport._pool  # type: ignore[attr-defined]
+    assert (pool._max_connections, pool._max_keepalive_connections) == (7, 7)
+    await client.aclose()

@@ -2,7 +2,8 @@
 `plugins`, gives the real `agent-bridge` process an `echo` back and a `throwaway` front
 (bridge/registry.py). Shown end to end: the new front on the demo back, an existing
 front (A2A) on the new back, `check-config` and `doctor` knowing the new kind, and a
-clear config error for a plugin module that is missing, declares nothing or clashes.
+clear config error (exit 78) for a plugin module that is missing, declares nothing,
+clashes or exits when imported (tests/test_registry.py: each malformed declaration).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ async def test_check_config_and_doctor_know_the_plugin(bridge_exe: list[str], tm
         (["no_such_plugin_module"], "$.plugins[0]: cannot import plugin module 'no_such_plugin_module'"),
         (["throwaway", "declares_nothing"], "$.plugins[1]: plugin module 'declares_nothing' declares no BACK, BACKS, FRONT or FRONTS"),
         (["throwaway", "clashing"], "$.plugins[1]: back kind 'demo' is declared by 'bridge.backs.demo' and 'clashing'"),
+        (["throwaway", "exits_at_import"], "$.plugins[1]: plugin module 'exits_at_import' failed to import: SystemExit: 0"),
     ],
 )
 async def test_a_bad_plugin_is_a_clear_config_error(

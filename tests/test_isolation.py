@@ -120,6 +120,9 @@ class FakeBack:
     async def probe(self, *, deep: bool) -> str:
         return "fake"
 
+    async def aclose(self) -> None:
+        pass
+
 
 @asynccontextmanager
 async def running(config: Config | None = None, *, fake: FakeBack | None = None) -> AsyncIterator[SessionManager]:

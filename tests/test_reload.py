@@ -1,11 +1,13 @@
 """SIGHUP reload of the real daemon (bridge/reload.py): a bad file keeps the running
-configuration; routes added, changed and removed while a turn runs."""
+configuration; routes added, changed and removed while a turn runs. Then, without a
+daemon: removed routes' backs are closed, and secrets are registered for redaction."""
 
 from __future__ import annotations
 
 import signal
 from pathlib import Path
 
+import pytest
 import trio
 
 from daemon_support import Notifications, base_config, demo_route, start_daemon, toml
@@ -124,3 +126,51 @@ async def test_a_removed_routes_turn_is_cancelled_after_the_grace_period(
                 done = await old.response(rid, timeout=15)
                 assert done["result"] == {"stopReason": "cancelled"}, done
             assert "turn(s) of removed routes cancelled after 0.5 s" in d.log_text()
+
+
+async def test_the_backs_of_removed_routes_are_closed_even_when_one_raises() -> None:
+    """`Back.aclose` is part of the protocol (bridge/backs/base.py): every removed
+    route's back is closed, and one that raises does not stop the others."""
+    from bridge.reload import _retire
+
+    class Manager:
+        async def drain(self, grace_s: float, *, sessions: list[object]) -> int:
+            return 0
+
+    class Back:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.closed = fails, False
+
+        async def aclose(self) -> None:
+            self.closed = True
+            if self.fails:
+                raise OSError("a bug in the back's close")
+
+    backs = [Back(True), Back(False)]
+    with trio.fail_after(5):
+        await _retire(Manager(), [], backs, 1.0)  # type: ignore[arg-type]
+    assert [b.closed for b in backs] == [True, True]
+
+
+def test_an_a2a_routes_token_is_registered_for_redaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[routes.NAME.a2a] token_env` / `token_file` (bridge/fronts/a2a/config.py) are
+    secrets: FrontKind.route_secrets names them, and they never reach a log line."""
+    import bridge.reload
+    from bridge.config import parse_config
+
+    monkeypatch.setenv("A2A_ROUTE_TOKEN", "route-token-from-env")
+    (tmp_path / "route-token").write_text("route-token-from-file\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    seen: list[str | None] = []
+    monkeypatch.setattr(bridge.reload, "add_secret", seen.append)
+    config = parse_config(
+        {
+            "routes": {
+                "by-env": {"back": {"kind": "demo"}, "a2a": {"token_env": "A2A_ROUTE_TOKEN"}},
+                "by-file": {"back": {"kind": "demo"}, "a2a": {"token_file": "route-token"}},
+            }
+        }
+    )
+    bridge.reload.register_secrets(config)
+    assert "route-token-from-env" in seen
+    assert "route-token-from-file\n" in seen  # add_secret strips it (bridge/logs.py)

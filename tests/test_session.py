@@ -127,6 +127,9 @@ class FakeBack:
     async def probe(self, *, deep: bool) -> str:
         return "fake"
 
+    async def aclose(self) -> None:
+        pass
+
 
 def backs_with(fake: FakeBack | None) -> Callable[[str, Route], Any]:
     def pick(name: str, route: Route) -> Any:

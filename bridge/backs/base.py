@@ -140,3 +140,8 @@ class Back(Protocol):
         """Is the agent there? What works, in words an operator can act on, or a
         BridgeError saying what does not. Shallow (`deep=False`, `/readyz`, repeated):
         cheap, no agent started; deep (`agent-bridge doctor`, once): the real handshake."""
+
+    async def aclose(self) -> None:
+        """Free what the back shares between its sessions (an HTTP client's pool), once
+        no session uses it: a route removed on reload (bridge/reload.py), the end of
+        `agent-bridge doctor`. Nothing to free: return at once."""

@@ -11,7 +11,10 @@ mean the same thing in every back:
 - Timeouts: `connect_timeout_s` bounds connecting and waiting for a pooled
   connection; reads are unbounded unless `timeout_s` is given, because streams are
   timed by the caller's cancel scopes (STYLE.md rule 15).
-- Limits: at most `max_connections`, all of them kept alive, when given.
+- Limits: at most `max_connections`, all of them kept alive, when given; else at most
+  `DEFAULT_MAX_CONNECTIONS`, `DEFAULT_MAX_KEEPALIVE` of them kept alive (a bare
+  `httpx.Limits()` is unbounded, and a back or the A2A push sender, whose webhooks the
+  clients choose, must not open connections without end: STYLE.md rule 14).
 - A `User-Agent: agent-bridge/<version>` header, plus the caller's own.
 """
 
@@ -25,9 +28,11 @@ import httpx
 
 from bridge import __version__
 
-__all__ = ["USER_AGENT", "open_client", "tls_context"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_KEEPALIVE", "USER_AGENT", "open_client", "tls_context"]
 
 USER_AGENT = f"agent-bridge/{__version__}"
+DEFAULT_MAX_CONNECTIONS = 100
+DEFAULT_MAX_KEEPALIVE = 20
 
 # httpx logs every request at INFO; on a streaming turn that drowns the bridge's own lines.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -50,7 +55,7 @@ def open_client(
     limits = (
         httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         if max_connections is not None
-        else httpx.Limits()
+        else httpx.Limits(max_connections=DEFAULT_MAX_CONNECTIONS, max_keepalive_connections=DEFAULT_MAX_KEEPALIVE)
     )
     return httpx.AsyncClient(
         trust_env=False,

@@ -79,6 +79,9 @@ class EchoBack:
     async def probe(self, *, deep: bool) -> str:
         return f"echo back ({'deep' if deep else 'shallow'} check), prefix {self.cfg.prefix!r}"
 
+    async def aclose(self) -> None:
+        pass
+
 
 def _echo_secrets(cfg: EchoBackConfig) -> SecretRefs:
     return SecretRefs(envs=(cfg.token_env,) if cfg.token_env else ())

@@ -88,6 +88,10 @@ class AcpBack:
 
         return await probe_agent(self.name, self.cfg, deep=deep)
 
+    async def aclose(self) -> None:
+        """Nothing to free here: each session ends its agent, and the last one out ends
+        a shared one (`release`)."""
+
     def workdir(self, ctx: SessionContext) -> str | None:
         """The route's cwd, else the session's (an editor's project), else ours."""
         if self.cfg.cwd:

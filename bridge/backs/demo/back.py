@@ -86,6 +86,9 @@ class DemoBack:
     async def probe(self, *, deep: bool) -> str:
         return "built-in scripted agent"
 
+    async def aclose(self) -> None:
+        """Nothing shared between sessions to free."""
+
 
 class _DemoSession:
     def __init__(self, delay: float, slow_s: float, n: int = 0) -> None:

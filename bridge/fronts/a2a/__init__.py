@@ -6,7 +6,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
-from bridge.registry import FrontKind
+from bridge.registry import FrontKind, SecretRefs
 
 if TYPE_CHECKING:
     from bridge.config import Config
@@ -29,4 +29,11 @@ def _check(section: A2AFrontConfig, routes: Collection[str]) -> list[str]:
     return []
 
 
-FRONT = FrontKind(name="a2a", config=A2AFrontConfig, register=_register, route_config=A2ARouteConfig, check=_check)
+def _route_secrets(route: A2ARouteConfig) -> SecretRefs:
+    # The token an A2A client must send to this route (`token_env` / `token_file`).
+    return SecretRefs(envs=(route.token_env,) if route.token_env else (), files=(route.token_file,) if route.token_file else ())
+
+
+FRONT = FrontKind(
+    name="a2a", config=A2AFrontConfig, register=_register, route_config=A2ARouteConfig, route_secrets=_route_secrets, check=_check
+)
