@@ -89,10 +89,11 @@ async def probe_routes(config: Config, *, deep: bool, backs: dict[str, Any] | No
                 nursery.start_soon(one, name, route)
     finally:
         for back in made:
-            close = getattr(back, "aclose", None)
-            if close is not None:
-                with trio.move_on_after(2, shield=True):
-                    await close()
+            with trio.move_on_after(2, shield=True):
+                try:
+                    await back.aclose()
+                except Exception:
+                    log.exception("closing the %s back after its probe failed", type(back).__name__)
     return [results[name] for name in config.routes]
 
 

@@ -37,7 +37,7 @@ import signal
 import socket
 import stat
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -52,6 +52,9 @@ log = logging.getLogger("bridge.daemon")
 EX_OSERR = 71
 
 
+EX_SOFTWARE = 70  # sysexits.h: an internal error (a front that fails to register)
+
+
 class StartError(Exception):
     """The daemon could not start: a listener or the store could not be opened."""
 
@@ -61,12 +64,16 @@ class StartError(Exception):
         self.status = status
 
 
-def _leaf_oserror(exc: BaseException) -> OSError | None:
-    if isinstance(exc, OSError):
+E = TypeVar("E", bound=BaseException)
+
+
+def _leaf(exc: BaseException, kind: type[E]) -> E | None:
+    """The first `kind` in `exc` or the groups it is wrapped in (nurseries wrap it)."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _leaf_oserror(inner)
+            found = _leaf(inner, kind)
             if found is not None:
                 return found
     return None
@@ -170,7 +177,10 @@ async def run_service(
                     log.info("closing sessions and the store")
                 outer.cancel_scope.cancel()
     except (OSError, BaseExceptionGroup) as exc:
-        err = None if svc.started else _leaf_oserror(exc)
+        failed = None if svc.started else _leaf(exc, StartError)
+        if failed is not None:
+            raise failed from None  # already logged where it happened
+        err = None if svc.started else _leaf(exc, OSError)
         if err is None:
             raise
         raise StartError(f"cannot start: {err.strerror or err}") from exc
@@ -257,7 +267,11 @@ class _Service:
             metrics.live = manager.live_counts
         readiness = Readiness(manager)
         readiness.store_ready = True
-        app = build_app(self.config, manager, readiness=readiness, metrics=metrics)
+        try:
+            app = build_app(self.config, manager, readiness=readiness, metrics=metrics)
+        except Exception as exc:  # a front's `register` (a plugin's too) failed: nothing is listening yet
+            log.exception("a front could not register its routes")
+            raise StartError(f"a front could not register its routes: {exc!r}", EX_SOFTWARE) from exc
         acp_front = AcpSocketFront(manager, metrics=metrics) if acp_sock is not None else None
         status = _Status(self.notifier, manager, acp_front, [])
         http_stop, http_done, http_scope = trio.Event(), trio.Event(), trio.CancelScope()

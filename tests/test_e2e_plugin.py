@@ -126,3 +126,16 @@ def test_the_plugins_secrets_are_registered(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(bridge.reload, "add_secret", seen.append)
     bridge.reload.register_secrets(parse_config(_config(tmp_path, ["throwaway"])))
     assert "echo-secret-value" in seen
+
+
+async def test_a_front_that_fails_to_register_stops_the_start_cleanly(
+    bridge_exe: list[str], tmp_path: Path, env: dict[str, str]
+) -> None:
+    path = tmp_path / "register.toml"
+    path.write_text(toml(_config(tmp_path, ["throwaway", "register_fails"])))
+    code, _, err = await _run(bridge_exe, "check-config", str(path), env=env)
+    assert code == 0, err  # the declaration is valid: only running it fails
+    code, out, err = await _run(bridge_exe, "serve", "--config", str(path), "--state-dir", str(tmp_path / "s"), env=env)
+    assert code == 70, (out, err)  # EX_SOFTWARE: a bug, not the operator's config
+    assert "a front could not register its routes: RuntimeError('this front cannot register')" in err
+    assert "listening" not in out
