@@ -20,7 +20,7 @@ from bridge.config import Config, Route, parse_config
 from bridge.core import events as ev
 from bridge.core.content import TextContent
 from bridge.core.turn import TurnState
-from bridge.errors import BackError, Busy, InvalidParams, NotFound
+from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
 from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
 
@@ -598,3 +598,23 @@ def test_records_and_push_configs_hide_secrets_in_every_repr() -> None:
     record = SessionRecord(session_id="s", route="r", created_at=0, updated_at=0, meta={"a2a": {"push": "SECRET-3"}})
     for shown in (repr(push), repr(list(push.__rich_repr__())), repr(record), repr(list(record.__rich_repr__()))):
         assert "SECRET" not in shown
+
+
+async def test_a_back_that_cannot_be_made_fails_its_route_only() -> None:
+    """A factory that raises (a plugin's bug) is that route's BackUnavailable, logged; other routes serve."""
+
+    def factory(name: str, route: Route) -> Any:
+        if name == "fake":
+            raise RuntimeError("plugin bug")
+        return make_back(name, route)
+
+    config = parse_config({"routes": {"demo": {"back": {"kind": "demo"}}, "fake": {"back": {"kind": "demo"}}}})
+    manager = SessionManager(config, MemoryStore(), factory)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        with pytest.raises(BackUnavailable, match="route fake: its back could not be made"):
+            await manager.create("fake", cwd="/")
+        session = await manager.create("demo", cwd="/")
+        assert session.record.route == "demo"
+        await manager.close_all()
+        nursery.cancel_scope.cancel()

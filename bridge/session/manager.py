@@ -34,7 +34,7 @@ import trio
 from bridge.backs.base import Back
 from bridge.config import Config, Route
 from bridge.core.events import Event, decode_events
-from bridge.errors import BackUnavailable, NotFound, Overloaded
+from bridge.errors import BackUnavailable, BridgeError, NotFound, Overloaded
 from bridge.prompts.registry import PromptRegistry
 from bridge.session.interfaces import TurnObserver
 from bridge.session.journal import Flusher
@@ -153,7 +153,14 @@ class SessionManager:
         if back is None:
             if route_name not in self.config.routes:
                 raise NotFound(f"no route named {route_name!r}; routes are {sorted(self.config.routes)}")
-            back = self._backs[route_name] = self._make_back(route_name, self.config.routes[route_name])
+            try:
+                back = self._make_back(route_name, self.config.routes[route_name])
+            except BridgeError:
+                raise
+            except Exception as exc:  # a back's factory (a plugin's too) failed: this route only
+                log.exception("route %s: its back could not be made", route_name)
+                raise BackUnavailable(f"route {route_name}: its back could not be made ({type(exc).__name__})") from exc
+            self._backs[route_name] = back
         return back
 
     async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None, lazy: bool = False) -> Session:
