@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -449,6 +450,83 @@ async def assert_serves_every_front(d: Daemon, env: dict[str, str], *, route: st
         raise
 
 
+async def until_log(d: Daemon, needle: str, count: int = 1) -> None:
+    """`needle` `count` times in the daemon's log. The log is a file the daemon writes;
+    there is no event to wait on but its growth, so this reads it as it grows."""
+    while d.log_text().count(needle) < count:
+        await trio.sleep(0.05)
+
+
+async def still_serves(d: Daemon, *, route: str = "demo", word: str = "alive", log_from: int = 0) -> None:
+    """The daemon is up and a normal /ws client gets a whole turn; no traceback logged
+    (from `log_from` on)."""
+    assert d.proc.returncode is None, f"the daemon died: {d.log_text()[-4000:]}"
+    await _ws_and_rest_turn(d, route, word)
+    text = d.log_text()[log_from:]
+    assert "Traceback" not in text, text[-6000:]
+
+
+class RawWs:
+    """A WebSocket client by hand (RFC 6455 §5), so a frame can carry any bytes at all."""
+
+    def __init__(self, stream: trio.SocketStream, buf: bytes) -> None:
+        self.stream = stream
+        self.buf = buf
+        self.reset = False  # the server's TCP stack reset the connection (RST, not FIN)
+
+    @classmethod
+    async def open(cls, d: Daemon) -> RawWs:
+        stream, rest = await raw_ws(d.url)
+        return cls(stream, rest)
+
+    async def send(self, payload: bytes, opcode: int = 1) -> None:
+        await self.stream.send_all(ws_frame(payload, opcode))
+
+    async def _need(self, n: int) -> bool:
+        while len(self.buf) < n:
+            try:
+                chunk = await self.stream.receive_some(1 << 20)
+            except trio.BrokenResourceError:
+                self.reset = True
+                return False
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    async def frame(self) -> tuple[int, bytes] | None:
+        """(opcode, payload), or None at EOF."""
+        if not await self._need(2):
+            return None
+        b0, b1 = self.buf[0], self.buf[1]
+        n, at = b1 & 0x7F, 2
+        if n == 126:
+            if not await self._need(4):
+                return None
+            n, at = struct.unpack("!H", self.buf[2:4])[0], 4
+        elif n == 127:
+            if not await self._need(10):
+                return None
+            n, at = struct.unpack("!Q", self.buf[2:10])[0], 10
+        if not await self._need(at + n):
+            return None
+        payload, self.buf = self.buf[at : at + n], self.buf[at + n :]
+        return b0 & 0x0F, payload
+
+    async def close_code(self) -> int:
+        """The code of the server's close frame (data frames before it are skipped)."""
+        while True:
+            got = await self.frame()
+            assert got is not None, "the connection ended without a close frame"
+            if got[0] == 8:
+                return struct.unpack("!H", got[1][:2])[0] if len(got[1]) >= 2 else 1005
+
+    async def end(self) -> None:
+        """Read to the end of the stream: the server has handled all we sent."""
+        while await self.frame() is not None:
+            pass
+
+
 async def raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStream, bytes]:
     """A WebSocket upgrade to `url`'s /ws by hand (RFC 6455 §4.1), on a socket the test
     controls: a small `rcvbuf` makes the daemon's writes block sooner, and any bytes at
@@ -479,7 +557,6 @@ async def raw_ws(url: str, *, rcvbuf: int | None = None) -> tuple[trio.SocketStr
 def ws_frame(payload: bytes, opcode: int = 1, *, fin: bool = True) -> bytes:
     """One masked client frame holding any bytes (RFC 6455 §5.2: the shortest length);
     `fin=False` makes it a fragment that a continuation frame (opcode 0) must follow (§5.4)."""
-    import struct
 
     mask = os.urandom(4)
     n = len(payload)

@@ -22,8 +22,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from daemon_support import PEERS, Daemon, base_config, demo_route, raw_ws, start_daemon, ws_frame
-from test_e2e_ws_protocol import Frames, still_serves
+from daemon_support import PEERS, Daemon, RawWs, base_config, demo_route, raw_ws, start_daemon, still_serves, until_log, ws_frame
 
 CEILING_S = 60
 FAULTY = [sys.executable, str(PEERS / "hypercorn_faults.py")]
@@ -32,12 +31,6 @@ FAULTY = [sys.executable, str(PEERS / "hypercorn_faults.py")]
 @pytest.fixture
 def env(clean_env: dict[str, str]) -> dict[str, str]:
     return clean_env
-
-
-async def until_log(d: Daemon, needle: str, count: int = 1) -> None:
-    """`needle` `count` times in the daemon's log (its stderr file, read as it grows)."""
-    while d.log_text().count(needle) < count:
-        await trio.sleep(0.05)
 
 
 async def faulty_http_request(d: Daemon) -> bytes:
@@ -76,7 +69,7 @@ async def test_a_fault_inside_hypercorn_ends_only_that_connection(
                 stream, rest = await raw_ws(d.url)
                 async with stream:
                     await stream.send_all(ws_frame(b'{"event": "inject-fault"}'))
-                    frames = Frames(stream, rest)
+                    frames = RawWs(stream, rest)
                     assert await frames.close_code() == 1011
                     await frames.end()
 

@@ -36,7 +36,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 import daemon_support
-from daemon_support import PEERS, Daemon, assert_serves_every_front, base_config, demo_route, start_daemon, ws_frame
+from daemon_support import PEERS, Daemon, assert_serves_every_front, base_config, demo_route, start_daemon, until_log, ws_frame
 
 CEILING_S = 90
 SDK_AGENT = [sys.executable, str(PEERS / "acp_agent_sdk.py")]
@@ -111,11 +111,6 @@ async def read_until(stream: trio.SocketStream, needle: bytes, buf: bytes = b"")
         buf += chunk
     return buf
 
-
-async def until_log(d: Daemon, needle: str) -> None:
-    """A line in the daemon's log (its stderr file, read as it grows)."""
-    while needle not in d.log_text():
-        await trio.sleep(0.05)
 
 
 async def drain_to_eof(stream: trio.SocketStream) -> None:

@@ -35,7 +35,7 @@ import httpx
 import pytest
 import trio
 
-from daemon_support import Daemon, assert_serves_every_front, base_config, demo_route, raw_ws, start_daemon, toml, ws_frame
+from daemon_support import Daemon, RawWs, assert_serves_every_front, base_config, demo_route, start_daemon, toml
 
 BUDGET = int(os.environ.get("AGENT_BRIDGE_FUZZ_BUDGET", "300"))
 SEED = int(os.environ.get("AGENT_BRIDGE_FUZZ_SEED", "13"))
@@ -364,54 +364,6 @@ def _mcp_answer(r: httpx.Response) -> str | None:
 
 
 # -- /ws frames -----------------------------------------------------------------------------------
-
-
-class RawWs:
-    """A WebSocket client by hand (RFC 6455 §5), so a frame can carry any bytes at all."""
-
-    def __init__(self, stream: trio.SocketStream, buf: bytes) -> None:
-        self.stream = stream
-        self.buf = buf
-        self.reset = False  # the server's TCP stack reset the connection (RST, not FIN)
-
-    @classmethod
-    async def open(cls, d: Daemon) -> RawWs:
-        stream, rest = await raw_ws(d.url)
-        return cls(stream, rest)
-
-    async def send(self, payload: bytes, opcode: int = 1) -> None:
-        await self.stream.send_all(ws_frame(payload, opcode))
-
-    async def _need(self, n: int) -> bool:
-        while len(self.buf) < n:
-            try:
-                chunk = await self.stream.receive_some(1 << 20)
-            except trio.BrokenResourceError:
-                self.reset = True
-                return False
-            if not chunk:
-                return False
-            self.buf += chunk
-        return True
-
-    async def frame(self) -> tuple[int, bytes] | None:
-        """(opcode, payload), or None at EOF."""
-        if not await self._need(2):
-            return None
-        b0, b1 = self.buf[0], self.buf[1]
-        n, at = b1 & 0x7F, 2
-        if n == 126:
-            if not await self._need(4):
-                return None
-            n, at = struct.unpack("!H", self.buf[2:4])[0], 4
-        elif n == 127:
-            if not await self._need(10):
-                return None
-            n, at = struct.unpack("!Q", self.buf[2:10])[0], 10
-        if not await self._need(at + n):
-            return None
-        payload, self.buf = self.buf[at : at + n], self.buf[at + n :]
-        return b0 & 0x0F, payload
 
 
 WS_CLIENT_CLOSE_CODES = {1000, 1001, 1002, 1003, 1007, 1008, 1009, 4400, 4401, 4008}
