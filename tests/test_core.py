@@ -196,6 +196,8 @@ BLOCKS: list[ct.ContentBlock] = [
     ),
     ct.EmbeddedResource(resource=ct.ResourceContents(uri="file:///w/a.py", text="print(1)\n", mime_type="text/x-python")),
     ct.EmbeddedResource(resource=ct.ResourceContents(uri="file:///w/a.bin", blob="AAEC", mime_type="application/octet-stream")),
+    ct.DataContent(data={"key": "value", "count": 42, "ratio": 0.5, "list": [1, None, True]}),
+    ct.DataContent(data=[1, 2], mime_type="application/vnd.example+json"),
 ]
 
 
@@ -226,6 +228,8 @@ def all_events() -> list[ev.Event]:
     )
     out: list[ev.Event] = [
         ev.TurnStarted(turn_id="t1", prompt=list(BLOCKS)),
+        ev.TurnStarted(turn_id="t1b", prompt=BLOCKS[:1], message_id="client-m1", meta={"metadata": {"k": 1}, "extensions": ["x"]}),
+        ev.ProgressReported(content=[ct.TextContent(text="working on it")], message_id="status-1"),
         *[ev.MessageChunk(content=b, message_id=f"m{i}") for i, b in enumerate(BLOCKS)],
         ev.MessageChunk(content=BLOCKS[0], thought=True, parent_tool_call_id="parent-1"),
         ev.ToolCallStarted(

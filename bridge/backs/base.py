@@ -90,6 +90,10 @@ class TurnHandle(Protocol):
     turn_id: str
     prompt: list[ContentBlock]
     options: dict[str, str]
+    # The client's own id and metadata for its prompt (A2A `Message.messageId`,
+    # `metadata`, `extensions`), or None: a back whose protocol has them passes them on.
+    message_id: str | None
+    message_meta: dict[str, Any] | None
 
     @property
     def cancel_requested(self) -> bool: ...

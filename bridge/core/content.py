@@ -4,6 +4,12 @@ ACP v1 and MCP 2025-11-25 use the same five block types (ACP schema, `ContentBlo
 MCP 2025-11-25, `schema.ts` `ContentBlock`), so the canonical model keeps their wire
 field names; the ACP codec passes them through untouched and the A2A / chat codecs
 convert to and from them.
+
+A sixth block, `DataContent`, is structured data (an A2A `data` part, a2a.proto
+`Part.data`; MCP `structuredContent`; a chat headless result): a JSON value kept as a
+value, so an integer stays an integer and an object stays an object across a hop. It
+has no ACP/MCP block of its own: each front says how it carries it (`WireBlock` is the
+five blocks those protocols can decode).
 """
 
 from __future__ import annotations
@@ -16,12 +22,16 @@ __all__ = [
     "Annotations",
     "AudioContent",
     "ContentBlock",
+    "DataContent",
     "EmbeddedResource",
     "ImageContent",
     "ResourceContents",
     "ResourceLink",
     "TextContent",
+    "WireBlock",
+    "data_text",
     "text_of",
+    "title_of",
 ]
 
 
@@ -76,7 +86,23 @@ class EmbeddedResource(_Block, tag="resource"):
     resource: ResourceContents
 
 
-ContentBlock = TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource
+class DataContent(_Block, tag="data"):
+    """A JSON value (object, array, number, string, bool or null), with the media type
+    its producer gave it (A2A parts may say, e.g. `application/vnd.example+json`)."""
+
+    data: Any
+    mime_type: str | None = None
+
+
+WireBlock = TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource
+ContentBlock = TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource | DataContent
+
+_json = msgspec.json.Encoder(order="deterministic")
+
+
+def data_text(block: DataContent) -> str:
+    """The JSON text of a data block (keys sorted, so the same value reads the same)."""
+    return _json.encode(block.data).decode()
 
 
 def text_of(blocks: list[ContentBlock]) -> str:
@@ -89,4 +115,14 @@ def text_of(blocks: list[ContentBlock]) -> str:
             out.append(b.resource.text)
         elif isinstance(b, ResourceLink):
             out.append(b.uri)
+        elif isinstance(b, DataContent):
+            out.append(data_text(b))
     return "".join(out)
+
+
+def title_of(blocks: list[ContentBlock], limit: int = 80) -> str | None:
+    """A one-line title for a session from its first prompt: each block's text, blocks
+    apart by a space (so "hello" + "second message" does not read "hellosecond
+    message"), whitespace collapsed."""
+    words = " ".join(text_of([b]) for b in blocks).split()
+    return " ".join(words)[:limit] or None

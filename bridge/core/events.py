@@ -29,6 +29,7 @@ __all__ = [
     "OptionsChanged",
     "PlanEntry",
     "PlanUpdated",
+    "ProgressReported",
     "Question",
     "QuestionAnswered",
     "QuestionAsked",
@@ -154,8 +155,14 @@ class TurnError(_Data):
 
 
 class TurnStarted(_Event, tag="turn_started"):
+    """A prompt, as the client sent it: its blocks, and when its protocol names them,
+    the client's own message id and metadata (A2A `Message.messageId`, `metadata`,
+    `extensions`: a2a.proto `Message`), so a back that can take them passes them on."""
+
     turn_id: str
     prompt: list[ContentBlock]
+    message_id: str | None = None
+    meta: dict[str, Any] | None = None
 
 
 class MessageChunk(_Event, tag="message_chunk"):
@@ -164,6 +171,15 @@ class MessageChunk(_Event, tag="message_chunk"):
     content: ContentBlock
     message_id: str | None = None
     thought: bool = False
+
+
+class ProgressReported(_Event, tag="progress"):
+    """Status text about the work, not part of the answer: an A2A agent's WORKING
+    status message (a2a.proto `TaskStatus.message`). Fronts show it beside the reply
+    (ACP: a thought chunk; A2A: a status update), never inside it."""
+
+    content: list[ContentBlock]
+    message_id: str | None = None
 
 
 class ToolCallStarted(_Event, tag="tool_call_started"):
@@ -247,6 +263,7 @@ class TurnEnded(_Event, tag="turn_ended"):
 Event = (
     TurnStarted
     | MessageChunk
+    | ProgressReported
     | ToolCallStarted
     | ToolCallUpdated
     | PlanUpdated

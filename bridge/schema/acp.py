@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from bridge.core.content import ContentBlock
+from bridge.core.content import WireBlock as ContentBlock  # the five blocks ACP can carry
 
 __all__ = [
     "PROTOCOL_VERSION",

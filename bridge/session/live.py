@@ -41,7 +41,7 @@ from msgspec.structs import replace
 
 from bridge.backs.base import Back, BackSession, ClientServices, SessionContext
 from bridge.config import Route
-from bridge.core.content import ContentBlock, text_of
+from bridge.core.content import ContentBlock, title_of
 from bridge.core.events import (
     CommandInfo,
     CommandsAvailable,
@@ -281,8 +281,13 @@ class Session(TurnRunner, Journal):
         return await self.manager.read_events(self.id, after_seq)
 
     # -- turns ----------------------------------------------------------------------
-    def start_turn(self, content: list[ContentBlock]) -> Turn:
-        """Begin a turn now (synchronously, so a cancel that follows finds it)."""
+    def start_turn(
+        self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None
+    ) -> Turn:
+        """Begin a turn now (synchronously, so a cancel that follows finds it).
+
+        `message_id` and `meta` are the client's own (A2A `Message.messageId`,
+        `metadata`, `extensions`), kept with the prompt so a back can pass them on."""
         if self.busy:
             raise Busy(f"session {self.id} is already running a turn; cancel it or wait for it to end")
         if self._nursery is None or self._closed.is_set():
@@ -293,13 +298,13 @@ class Session(TurnRunner, Journal):
             raise BackUnavailable(self.manager.refusal)
         back_commands = [c.name for c in self.back.info.commands]
         invocation = self.manager.prompts.resolve(self.record.route, content, back_commands)  # InvalidParams: no turn
-        turn = Turn(self, new_id(), content)
+        turn = Turn(self, new_id(), content, message_id=message_id, message_meta=meta)
         turn.invocation = invocation
         self.turn = turn
         self.last_used = trio.current_time()
         if self.record.title is None:
-            self.record.title = " ".join(text_of(content).split())[:80] or None
-        self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content))
+            self.record.title = title_of(content)
+        self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
         turn.first_seq = self._seq
         # Stored with its TurnStarted event at the next flush, not on any client's path.
         self._unsaved_turns[turn.turn_id] = TurnRecord(

@@ -62,10 +62,20 @@ class TurnHost(Protocol):
 class Turn:
     """One running turn; the `TurnHandle` a back sees."""
 
-    def __init__(self, session: TurnHost, turn_id: str, prompt: list[ContentBlock]) -> None:
+    def __init__(
+        self,
+        session: TurnHost,
+        turn_id: str,
+        prompt: list[ContentBlock],
+        *,
+        message_id: str | None = None,
+        message_meta: dict[str, Any] | None = None,
+    ) -> None:
         self.session = session
         self.turn_id = turn_id
         self.prompt = prompt
+        self.message_id = message_id  # the client's own id for its prompt, if its protocol has one
+        self.message_meta = message_meta
         self.options = dict(session.record.options)
         self.machine = TurnMachine()
         self.machine.apply(TurnInput.PROMPT)
