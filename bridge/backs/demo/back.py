@@ -13,10 +13,11 @@ import trio
 
 from bridge.backs.base import AgentInfo, SessionContext, TurnHandle
 from bridge.config import Route
-from bridge.core.content import TextContent, text_of
+from bridge.core.content import DataContent, ImageContent, ResourceLink, TextContent, text_of
 from bridge.core.events import (
     CommandInfo,
     MessageChunk,
+    ProgressReported,
     PlanEntry,
     PlanUpdated,
     Question,
@@ -30,7 +31,12 @@ from bridge.core.events import (
 )
 from bridge.errors import BackError
 
-__all__ = ["DemoBack", "WORDS", "parse_words"]
+__all__ = ["DATA", "DemoBack", "PIXEL_PNG", "WORDS", "parse_words"]
+
+# What `data:` and `image:` send: an integer, a float, a nested object and a null, so a
+# hop that turns structure into text (or 42 into 42.0) shows; and a 1×1 PNG.
+DATA = {"key": "value", "count": 42, "ratio": 0.5, "nested": {"ok": True, "none": None}}
+PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 
 WORDS: dict[str, str] = {
     "think": "reasons aloud first (thought chunks)",
@@ -39,6 +45,9 @@ WORDS: dict[str, str] = {
     "ask": "asks permission before an edit and acts on the answer",
     "choose": "asks a multiple-choice question (with free text allowed)",
     "fork": "runs a sub-agent whose events carry the parent tool call id",
+    "progress": "reports its progress (status text beside the answer, not in it)",
+    "data": "answers with structured data (a JSON object) before the text",
+    "image": "answers with an image and a link to a file",
     "slow": "streams for several seconds (to try cancelling)",
     "all": "think, plan, tool, ask and fork in one turn",
     "fail": "fails the turn with an error",
@@ -117,6 +126,8 @@ class _DemoSession:
         steps = [w for w in ("tool", "ask", "choose", "fork", "slow") if w in words]
         if "think" in words:
             await run.say(f"The user wrote {rest!r}. Let me work out what to do.", thought=True)
+        if "progress" in words:
+            turn.emit(ProgressReported(content=[TextContent(text="Working on it.")], message_id=f"m{self.n}-p"))
         if "plan" in words:
             run.plan = [PlanEntry(content=f"Step: {s}") for s in steps or ["answer"]]
             run.plan_status(-1)
@@ -132,6 +143,12 @@ class _DemoSession:
         if "refuse" in words:
             await run.say("I won't do that.")
             return StopReason.REFUSAL
+        if "data" in words:
+            turn.emit(MessageChunk(content=DataContent(data=DATA), message_id=f"m{self.n}-a"))
+        if "image" in words:
+            turn.emit(MessageChunk(content=ImageContent(data=PIXEL_PNG, mime_type="image/png"), message_id=f"m{self.n}-a"))
+            link = ResourceLink(uri="file:///README.md", name="README.md", mime_type="text/markdown")
+            turn.emit(MessageChunk(content=link, message_id=f"m{self.n}-a"))
         await run.say(f"You said: {rest}" if rest else "Hello from the agent-bridge demo.")
         if not steps and "plan" in words:
             run.plan_status(0, "completed")
@@ -233,6 +250,7 @@ class _DemoScript:
             QuestionOption(id="allow", label="Allow", kind="allow_once"),
             QuestionOption(id="allow_always", label="Always allow", kind="allow_always"),
             QuestionOption(id="reject", label="Reject", kind="reject_once"),
+            QuestionOption(id="reject_always", label="Never allow", kind="reject_always"),
         ]
         answer = await self.turn.ask(
             Question(id=f"{tid}-q", kind="permission", prompt="Edit notes.txt?", options=options, tool_call_id=tid)
