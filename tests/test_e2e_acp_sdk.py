@@ -214,7 +214,7 @@ async def test_initialize_new_session_and_every_update_kind(run_sdk: Any) -> Non
     # ask: the permission request names the edit's tool call; allowed, the edit completes with a diff.
     (perm,) = r["permissions"]
     assert perm["sessionId"] == sid and perm["toolCall"]["toolCallId"] == edit["toolCallId"]
-    assert [o["kind"] for o in perm["options"]] == ["allow_once", "allow_always", "reject_once"]
+    assert [o["kind"] for o in perm["options"]] == ["allow_once", "allow_always", "reject_once", "reject_always"]
     assert perm["answer"]["outcome"] == {"outcome": "selected", "optionId": "allow"}
     ((asked, _),) = incoming(r, "session/request_permission")
     edit_updates = [u for u in top if u.get("toolCallId") == edit["toolCallId"]]

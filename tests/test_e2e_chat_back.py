@@ -432,7 +432,7 @@ async def test_ws_dialect_reaches_another_agent_bridge(drive: Any, bridge_exe: l
     assert stop(r, "ask") == "end_turn"
     (form,) = step(r, "ask")["elicitations"]
     choices = form["mode"]["requestedSchema"]["properties"]["choice"]["oneOf"]
-    assert [c["title"] for c in choices] == ["Allow", "Always allow", "Reject"]
+    assert [c["title"] for c in choices] == ["Allow", "Always allow", "Reject", "Never allow"]
     assert text(r, "ask") == "Edited notes.txt. You said: tidy up"
     assert stop(r, "choose") == "end_turn"
     assert text(r, "choose").startswith("You chose: Red, Blue, teal.")

@@ -204,7 +204,7 @@ async def test_a_run_streams_every_patch_type_questions_and_a_fork(
                 perm = (await c.until(ask_call))[-1]["data"]
                 args = json.loads(perm["data"]["arguments"])["questions"][0]
                 assert perm["data"]["status"] == "awaiting_answer"
-                assert [o["label"] for o in args["options"]] == ["Allow", "Always allow", "Reject"]
+                assert [o["label"] for o in args["options"]] == ["Allow", "Always allow", "Reject", "Never allow"]
                 assert (await c.recv())["data"]["data"] == {"status": "paused"}
                 await c.send(
                     "chat:send",
