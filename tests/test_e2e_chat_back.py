@@ -203,6 +203,7 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
                 {"name": "fail", "prompt": "fail"},
                 {"name": "maxturns", "prompt": "maxturns"},
                 {"name": "after", "prompt": "hello again"},
+                {"name": "approve", "prompt": "approve", "permission": "reject"},
             ]
             r = await drive(config, steps)
             log = await server.log()
@@ -256,6 +257,11 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
     assert e["code"] == -32603 and "the model provider is unavailable" in e["message"] and "route platform" in e["message"]
     assert stop(r, "maxturns") == "max_turn_requests"
     assert stop(r, "after") == "end_turn" and text(r, "after") == "You said: again "
+    # Options with only labels: kinds read from the words, none claimed for "Ask me later";
+    # an editor that rejects by kind rejects (issue 15, finding 1).
+    (perm,) = step(r, "approve")["permissions"]
+    assert [(o["name"], o["kind"]) for o in perm["options"]][:2] == [("Allow", "allow_once"), ("Deny", "reject_once")]
+    assert text(r, "approve") == "You chose: Deny "
 
     # One remote session for the ACP session; its intent is the first prompt; the token
     # went in CONNECT's auth and the REST Authorization header.
@@ -406,8 +412,9 @@ async def test_ws_dialect_reaches_another_agent_bridge(drive: Any, bridge_exe: l
                 )
                 steps = [
                     {"name": "all", "prompt": "think: tool: fork: hello"},
-                    {"name": "ask", "prompt": "ask: tidy up", "form": {"choice": "0"}},
-                    {"name": "choose", "prompt": "choose: colours", "form": {"choice": ["0", "2"], "other": "teal"}},
+                    {"name": "ask", "prompt": "ask: tidy up", "permission": "reject"},
+                    {"name": "allow", "prompt": "ask: tidy up", "permission": "allow_always"},
+                    {"name": "choose", "prompt": "choose: colours", "form": {"choice": ["red", "blue"], "other": "teal"}},
                     {"name": "drop", "prompt": "slow: go"},
                     {"name": "stop", "prompt": "slow: go", "cancel_after_chunks": 3},
                     {"name": "fail", "prompt": "fail: now"},
@@ -428,12 +435,20 @@ async def test_ws_dialect_reaches_another_agent_bridge(drive: Any, bridge_exe: l
     assert text(r, "all", parent=agent["toolCallId"]) == "The sub-agent read README.md."
     assert updates(r, "all", "usage_update")
 
-    # The peer's permission question crossed as an AskUserQuestion and came back as a question.
+    # The peer's permission question crossed as an AskUserQuestion and came back as the
+    # same question: its option ids and kinds, about the edit tool call (issue 15, finding 1).
     assert stop(r, "ask") == "end_turn"
-    (form,) = step(r, "ask")["elicitations"]
-    choices = form["mode"]["requestedSchema"]["properties"]["choice"]["oneOf"]
-    assert [c["title"] for c in choices] == ["Allow", "Always allow", "Reject"]
-    assert text(r, "ask") == "Edited notes.txt. You said: tidy up"
+    (perm,) = step(r, "ask")["permissions"]
+    assert [(o["optionId"], o["name"], o["kind"]) for o in perm["options"]] == [
+        ("allow", "Allow", "allow_once"),
+        ("allow_always", "Always allow", "allow_always"),
+        ("reject", "Reject", "reject_once"),
+        ("reject_always", "Never allow", "reject_always"),
+    ]
+    (edit,) = [c for c in tools(r, "ask").values() if c.get("title") == "Edit notes.txt"]
+    assert perm["toolCall"]["toolCallId"] == edit["toolCallId"] and edit["statuses"][-1] == "failed"
+    assert text(r, "ask") == "Understood, I left notes.txt alone. You said: tidy up"
+    assert text(r, "allow") == "Edited notes.txt. You said: tidy up"
     assert stop(r, "choose") == "end_turn"
     assert text(r, "choose").startswith("You chose: Red, Blue, teal.")
 
