@@ -487,6 +487,38 @@ async def test_headless_and_output_schema_pass_through_from_our_ws_front(bridge_
     assert frame["data"]["result"]["output"] == {"city": "Paris", "headless": True, "schema": schema}
 
 
+async def test_structured_output_and_progress_cross_two_agent_bridges(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    """Our /ws front → chat back → another agent-bridge's /ws → the demo: a headless run's
+    data stays a value end to end; otherwise it degrades to a JSON text item, and status
+    text is a thinking item, not the answer (issue 15, findings 3 and 4)."""
+    data = {"key": "value", "count": 42, "ratio": 0.5, "nested": {"ok": True, "none": None}}
+    with trio.fail_after(90):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, peer_config(tmp_path), name="peer") as peer:
+            doc = peer_config(tmp_path)
+            doc["routes"] = {"platform": {"back": {"kind": "chat", "url": peer.url.replace("http://", "ws://") + "/ws",
+                                                   "session_params": {"route": "demo"}}}}  # fmt: skip
+            async with start_daemon(bridge_exe, tmp_path, clean_env, doc, name="bridge") as bridge:
+                async with httpx.AsyncClient(base_url=bridge.url, trust_env=False) as h:
+                    sid = (await h.post("/api/sessions", json={"route": "platform"})).json()["session_id"]
+                runs: list[list[dict[str, Any]]] = []
+                async with open_websocket_url(bridge.url.replace("http://", "ws://") + "/ws") as ws:
+                    for message, headless in (("data: hi", True), ("progress: data: hi", False)):
+                        await ws.send_message(json.dumps({"event": "chat:send", "data": {"session_id": sid, "message": message, "headless": headless}}))
+                        runs.append([])
+                        while not runs[-1] or runs[-1][-1]["event"] != "chat:end":
+                            runs[-1].append(json.loads(await ws.get_message()))
+
+    def items(frames: list[dict[str, Any]], kind: str) -> list[str]:
+        return [f["data"]["data"]["content"] for f in frames if f["event"] == "turn:patch"
+                and f["data"]["patch_type"] == "add_content" and f["data"]["data"]["type"] == kind]  # fmt: skip
+
+    headless, plain = runs
+    assert headless[-1]["data"]["status"] == "completed" and headless[-1]["data"]["result"] == {"output": data}
+    assert type(headless[-1]["data"]["result"]["output"]["count"]) is int
+    assert json.loads(items(plain, "text")[0]) == data and items(plain, "text")[-1] == "You said: hi"
+    assert items(plain, "thinking") == ["Working on it."]
+
+
 async def test_a2a_front_reaches_a_socketio_agent(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
     """An A2A client (JSON-RPC 1.0, streaming) → the bridge's A2A front → the chat back."""
     with trio.fail_after(90):
