@@ -594,7 +594,7 @@ async def test_a2a_front_reaches_another_agent_bridge(bridge_exe: list[str], cle
                     ask = await _a2a_stream(h, {"role": "ROLE_USER", "messageId": "m2", "contextId": context,
                                                 "parts": [{"text": "ask: tidy"}]}, route="chained")  # fmt: skip
                     answer = await _a2a_stream(h, {"role": "ROLE_USER", "messageId": "m3", "contextId": context, "taskId": _task_of(ask),
-                                                   "parts": [{"data": {"selected": ["0"]}}]}, route="chained")  # fmt: skip
+                                                   "parts": [{"data": {"selected": ["allow"]}}]}, route="chained")  # fmt: skip
     assert _state(first) == "TASK_STATE_COMPLETED"
     assert _artifact_text(first) == "You said: hello"
     assert "The sub-agent read README.md." in _texts(first)  # the fork, in status messages
