@@ -1,20 +1,33 @@
 """`agent-bridge ask`: one turn from the terminal, rendered as it streams.
 
-Text is printed as it arrives, thoughts dimmed, plans and tool calls on their own
-lines with their status, usage at the end. Questions are asked on the TTY, or
+Text is printed as it arrives (message chunks and artifacts: an A2A agent answers in
+artifacts), thoughts dimmed, plans and tool calls on their own lines with their status,
+usage at the end. Structured data is printed as pretty JSON; an image, audio, a link or
+a file as a one-line placeholder; status text (progress) as a dim line on stderr, never
+in the answer. Questions are asked on the TTY, or
 answered by the `--answer` policy; with neither, the question is refused and the
 command fails clearly (it never waits on a prompt nobody can see).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import ClassVar, Literal, TextIO
 
 import trio
 
 from bridge.core import events as ev
-from bridge.core.content import ContentBlock, TextContent
+from bridge.core.content import (
+    AudioContent,
+    ContentBlock,
+    DataContent,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    text_of,
+)
 from bridge.errors import BridgeError
 from bridge.session import Session
 
@@ -26,11 +39,24 @@ _STATUS = {"pending": "…", "in_progress": "▸", "completed": "✓", "failed":
 
 
 def _text(block: ContentBlock | None) -> str:
+    """What a terminal shows of one block: text as is, data as pretty JSON (on its own
+    lines), anything else as a one-line placeholder."""
     if isinstance(block, TextContent):
         return block.text
     if block is None:
         return ""
-    return f"[{block.type}]"  # type: ignore[union-attr]
+    if isinstance(block, DataContent):
+        return "\n" + json.dumps(block.data, indent=2, ensure_ascii=False) + "\n"
+    if isinstance(block, ImageContent | AudioContent):
+        kind = "image" if isinstance(block, ImageContent) else "audio"
+        return f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+    if isinstance(block, ResourceLink):
+        return f"[link {block.uri}]"
+    if isinstance(block, EmbeddedResource):
+        if block.resource.text is not None:
+            return block.resource.text
+        return f"[file {block.resource.uri}" + (f", {block.resource.mime_type}]" if block.resource.mime_type else "]")
+    return f"[{type(block).__name__}]"
 
 
 class Renderer:
@@ -38,9 +64,19 @@ class Renderer:
 
     protocol: ClassVar[str] = "cli"  # `agent-bridge ask`: the events-relayed metric's label
 
-    def __init__(self, session: Session, out: TextIO, *, policy: AnswerPolicy, interactive: bool, color: bool) -> None:
+    def __init__(
+        self,
+        session: Session,
+        out: TextIO,
+        *,
+        policy: AnswerPolicy,
+        interactive: bool,
+        color: bool,
+        err: TextIO | None = None,
+    ) -> None:
         self.session = session
         self.out = out
+        self.err = err if err is not None else sys.stderr
         self.policy = policy
         self.interactive = interactive
         self.color = color
@@ -66,18 +102,24 @@ class Renderer:
     async def wait_uncongested(self) -> None:
         await trio.lowlevel.checkpoint()
 
+    def _write(self, mode: str, prefix: str, text: str) -> None:
+        if self._mode != mode:
+            if self._mode is not None:
+                self.out.write("\n")
+            self.out.write(prefix)
+            self._mode = mode
+        self.out.write(self._style("2", text) if mode == "thought" else text)
+        self.out.flush()
+
     def deliver(self, event: ev.Event) -> None:
         prefix = "  ↳ " if event.parent_tool_call_id else ""
         if isinstance(event, ev.MessageChunk):
-            mode = "thought" if event.thought else "text"
-            if self._mode != mode:
-                if self._mode is not None:
-                    self.out.write("\n")
-                self.out.write(prefix)
-                self._mode = mode
-            text = _text(event.content)
-            self.out.write(self._style("2", text) if event.thought else text)
-            self.out.flush()
+            self._write("thought" if event.thought else "text", prefix, _text(event.content))
+        elif isinstance(event, ev.ArtifactUpdated):
+            self._write("text", prefix, "".join(_text(p) for p in event.parts))
+        elif isinstance(event, ev.ProgressReported):
+            self.err.write(self._style("2", prefix + text_of(event.content)) + "\n")
+            self.err.flush()
         elif isinstance(event, ev.PlanUpdated):
             self._line(self._style("36", prefix + "plan: ") + "  ".join(f"{_STATUS[e.status]} {e.content}" for e in event.entries))
         elif isinstance(event, ev.ToolCallStarted):

@@ -319,7 +319,8 @@ def test_arguments_follow_the_askuserquestion_shape() -> None:
                 "options": [{"label": "Red"}, {"label": "Green"}, {"label": "Blue"}],
                 "multiSelect": True,
             }
-        ]
+        ],
+        "agentBridge": {"kind": "choice", "options": [{"id": "r"}, {"id": "g"}, {"id": "b"}], "allowText": True},
     }
     perm = json.loads(parts.ask_arguments(PERMISSION))["questions"][0]
     assert (perm["header"], [o["label"] for o in perm["options"]], perm["multiSelect"]) == (
@@ -391,6 +392,38 @@ def test_a_chat_back_answers_a_question_it_read() -> None:
     assert two.kind == "form"
     a2 = askuser_answer(two, ev.QuestionAnswered(question_id="t2", values={"0": ["y"], "1": "free"}))
     assert msgspec.to_builtins(a2) == {"tool_call_id": "t2", "selections": {"0": [1]}, "custom": {"1": "free"}}
+
+
+def test_a_question_crosses_two_agent_bridges_with_its_option_ids_kinds_and_tool_call() -> None:
+    asked = ev.Question(
+        id="m1-edit-q",
+        kind="permission",
+        prompt="Edit notes.txt?",
+        tool_call_id="m1-edit",
+        options=[
+            ev.QuestionOption(id="allow", label="Allow", kind="allow_once"),
+            ev.QuestionOption(id="allow_always", label="Always allow", kind="allow_always"),
+            ev.QuestionOption(id="reject", label="Reject", kind="reject_once"),
+            ev.QuestionOption(id="reject_always", label="Never allow", kind="reject_always"),
+        ],
+    )
+    q = parts.question_from_ask("m1-edit-q", parts.ask_arguments(asked))
+    assert q == asked.__class__(**{**msgspec.structs.asdict(asked), "header": "Permission"})
+    # The far side gets back the index of the option picked by id.
+    a = askuser_answer(q, ev.QuestionAnswered(question_id=q.id, selected=["reject"]))
+    assert parts.answer_from_chat(asked, a) == {"selected": ["reject"], "text": None}
+    # An extension that does not fit the questions is ignored, never trusted half-way.
+    bad = json.loads(parts.ask_arguments(asked))
+    bad["agentBridge"]["options"].pop()
+    assert [o.id for o in parts.question_from_ask("x", json.dumps(bad)).options] == ["0", "1", "2", "3"]
+
+
+def test_a_blade_question_gets_kinds_from_its_labels_and_none_it_cannot_read() -> None:
+    args = json.dumps(
+        {"questions": [{"question": "Run rm?", "options": [{"label": "Allow"}, {"label": "Deny"}, {"label": "Ask me later"}]}]}
+    )
+    q = parts.question_from_ask("tc", args)
+    assert [(o.id, o.kind) for o in q.options] == [("0", "allow_once"), ("1", "reject_once"), ("2", None)]
 
 
 # -- content --------------------------------------------------------------------------------

@@ -203,6 +203,7 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
                 {"name": "fail", "prompt": "fail"},
                 {"name": "maxturns", "prompt": "maxturns"},
                 {"name": "after", "prompt": "hello again"},
+                {"name": "approve", "prompt": "approve", "permission": "reject"},
             ]
             r = await drive(config, steps)
             log = await server.log()
@@ -256,6 +257,11 @@ async def test_socketio_streaming_tools_fork_questions_and_stop(drive: Any, tmp_
     assert e["code"] == -32603 and "the model provider is unavailable" in e["message"] and "route platform" in e["message"]
     assert stop(r, "maxturns") == "max_turn_requests"
     assert stop(r, "after") == "end_turn" and text(r, "after") == "You said: again "
+    # Options with only labels: kinds read from the words, none claimed for "Ask me later";
+    # an editor that rejects by kind rejects (issue 15, finding 1).
+    (perm,) = step(r, "approve")["permissions"]
+    assert [(o["name"], o["kind"]) for o in perm["options"]][:2] == [("Allow", "allow_once"), ("Deny", "reject_once")]
+    assert text(r, "approve") == "You chose: Deny "
 
     # One remote session for the ACP session; its intent is the first prompt; the token
     # went in CONNECT's auth and the REST Authorization header.
@@ -406,8 +412,9 @@ async def test_ws_dialect_reaches_another_agent_bridge(drive: Any, bridge_exe: l
                 )
                 steps = [
                     {"name": "all", "prompt": "think: tool: fork: hello"},
-                    {"name": "ask", "prompt": "ask: tidy up", "form": {"choice": "0"}},
-                    {"name": "choose", "prompt": "choose: colours", "form": {"choice": ["0", "2"], "other": "teal"}},
+                    {"name": "ask", "prompt": "ask: tidy up", "permission": "reject"},
+                    {"name": "allow", "prompt": "ask: tidy up", "permission": "allow_always"},
+                    {"name": "choose", "prompt": "choose: colours", "form": {"choice": ["red", "blue"], "other": "teal"}},
                     {"name": "drop", "prompt": "slow: go"},
                     {"name": "stop", "prompt": "slow: go", "cancel_after_chunks": 3},
                     {"name": "fail", "prompt": "fail: now"},
@@ -428,12 +435,20 @@ async def test_ws_dialect_reaches_another_agent_bridge(drive: Any, bridge_exe: l
     assert text(r, "all", parent=agent["toolCallId"]) == "The sub-agent read README.md."
     assert updates(r, "all", "usage_update")
 
-    # The peer's permission question crossed as an AskUserQuestion and came back as a question.
+    # The peer's permission question crossed as an AskUserQuestion and came back as the
+    # same question: its option ids and kinds, about the edit tool call (issue 15, finding 1).
     assert stop(r, "ask") == "end_turn"
-    (form,) = step(r, "ask")["elicitations"]
-    choices = form["mode"]["requestedSchema"]["properties"]["choice"]["oneOf"]
-    assert [c["title"] for c in choices] == ["Allow", "Always allow", "Reject", "Never allow"]
-    assert text(r, "ask") == "Edited notes.txt. You said: tidy up"
+    (perm,) = step(r, "ask")["permissions"]
+    assert [(o["optionId"], o["name"], o["kind"]) for o in perm["options"]] == [
+        ("allow", "Allow", "allow_once"),
+        ("allow_always", "Always allow", "allow_always"),
+        ("reject", "Reject", "reject_once"),
+        ("reject_always", "Never allow", "reject_always"),
+    ]
+    (edit,) = [c for c in tools(r, "ask").values() if c.get("title") == "Edit notes.txt"]
+    assert perm["toolCall"]["toolCallId"] == edit["toolCallId"] and edit["statuses"][-1] == "failed"
+    assert text(r, "ask") == "Understood, I left notes.txt alone. You said: tidy up"
+    assert text(r, "allow") == "Edited notes.txt. You said: tidy up"
     assert stop(r, "choose") == "end_turn"
     assert text(r, "choose").startswith("You chose: Red, Blue, teal.")
 
@@ -470,6 +485,38 @@ async def test_headless_and_output_schema_pass_through_from_our_ws_front(bridge_
     assert sends[0]["headless"] is True and sends[0]["output_schema"] == schema
     assert frame["data"]["status"] == "completed"
     assert frame["data"]["result"]["output"] == {"city": "Paris", "headless": True, "schema": schema}
+
+
+async def test_structured_output_and_progress_cross_two_agent_bridges(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    """Our /ws front → chat back → another agent-bridge's /ws → the demo: a headless run's
+    data stays a value end to end; otherwise it degrades to a JSON text item, and status
+    text is a thinking item, not the answer (issue 15, findings 3 and 4)."""
+    data = {"key": "value", "count": 42, "ratio": 0.5, "nested": {"ok": True, "none": None}}
+    with trio.fail_after(90):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, peer_config(tmp_path), name="peer") as peer:
+            doc = peer_config(tmp_path)
+            doc["routes"] = {"platform": {"back": {"kind": "chat", "url": peer.url.replace("http://", "ws://") + "/ws",
+                                                   "session_params": {"route": "demo"}}}}  # fmt: skip
+            async with start_daemon(bridge_exe, tmp_path, clean_env, doc, name="bridge") as bridge:
+                async with httpx.AsyncClient(base_url=bridge.url, trust_env=False) as h:
+                    sid = (await h.post("/api/sessions", json={"route": "platform"})).json()["session_id"]
+                runs: list[list[dict[str, Any]]] = []
+                async with open_websocket_url(bridge.url.replace("http://", "ws://") + "/ws") as ws:
+                    for message, headless in (("data: hi", True), ("progress: data: hi", False)):
+                        await ws.send_message(json.dumps({"event": "chat:send", "data": {"session_id": sid, "message": message, "headless": headless}}))
+                        runs.append([])
+                        while not runs[-1] or runs[-1][-1]["event"] != "chat:end":
+                            runs[-1].append(json.loads(await ws.get_message()))
+
+    def items(frames: list[dict[str, Any]], kind: str) -> list[str]:
+        return [f["data"]["data"]["content"] for f in frames if f["event"] == "turn:patch"
+                and f["data"]["patch_type"] == "add_content" and f["data"]["data"]["type"] == kind]  # fmt: skip
+
+    headless, plain = runs
+    assert headless[-1]["data"]["status"] == "completed" and headless[-1]["data"]["result"] == {"output": data}
+    assert type(headless[-1]["data"]["result"]["output"]["count"]) is int
+    assert json.loads(items(plain, "text")[0]) == data and items(plain, "text")[-1] == "You said: hi"
+    assert items(plain, "thinking") == ["Working on it."]
 
 
 async def test_a2a_front_reaches_a_socketio_agent(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
@@ -547,7 +594,7 @@ async def test_a2a_front_reaches_another_agent_bridge(bridge_exe: list[str], cle
                     ask = await _a2a_stream(h, {"role": "ROLE_USER", "messageId": "m2", "contextId": context,
                                                 "parts": [{"text": "ask: tidy"}]}, route="chained")  # fmt: skip
                     answer = await _a2a_stream(h, {"role": "ROLE_USER", "messageId": "m3", "contextId": context, "taskId": _task_of(ask),
-                                                   "parts": [{"data": {"selected": ["0"]}}]}, route="chained")  # fmt: skip
+                                                   "parts": [{"data": {"selected": ["allow"]}}]}, route="chained")  # fmt: skip
     assert _state(first) == "TASK_STATE_COMPLETED"
     assert _artifact_text(first) == "You said: hello"
     assert "The sub-agent read README.md." in _texts(first)  # the fork, in status messages

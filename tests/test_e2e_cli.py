@@ -45,6 +45,33 @@ async def test_ask_renders_every_event_kind(bridge_exe: list[str], clean_env: di
     assert "session: " in done.stderr.decode()
 
 
+async def test_ask_prints_data_files_and_progress_in_their_places(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
+    done = await run([*bridge_exe, "ask", "demo", "progress: data: image: hi", "--state-dir", state_dir], clean_env)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, err
+    assert '"count": 42' in out and '"nested": {' in out  # pretty JSON, the integer kept
+    assert "[image image/png, " in out and "[link file:///README.md]" in out
+    assert "You said: hi" in out and "Working on it." not in out  # status text is not the answer
+    assert "Working on it." in err
+
+
+async def test_ask_prints_an_a2a_agents_artifacts(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path) -> None:
+    from test_e2e_ws import a2a_agent
+
+    async with a2a_agent(tmp_path) as url:
+        config = tmp_path / "a2a.toml"
+        config.write_text(f'[routes.research]\nback = {{ kind = "a2a", url = "{url}" }}\n')
+        args = ["--config", str(config), "--state-dir", state_dir]
+        hello = await run([*bridge_exe, "ask", "research", "hello there", *args], clean_env)
+        files = await run([*bridge_exe, "ask", "research", "files:", *args], clean_env)
+    out = hello.stdout.decode()
+    assert hello.returncode == 0, hello.stderr.decode()
+    assert "You said: hello there" in out and out.rstrip().endswith("[end_turn]")
+    out = files.stdout.decode()
+    assert files.returncode == 0, files.stderr.decode()
+    assert "Here are the files." in out and "[image image/png, " in out and '"rows":' in out  # a data part (pretty once the A2A back keeps it data)
+
+
 async def test_ask_rejects_by_policy(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
     done = await run([*bridge_exe, "ask", "demo", "ask: x", "--answer", "reject", "--state-dir", state_dir], clean_env)
     assert done.returncode == 0

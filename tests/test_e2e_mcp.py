@@ -258,15 +258,27 @@ async def test_chat_front_gets_the_commands_runs_one_and_is_refused(
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(target: Any, notes: list[str] | None = None) -> AsyncIterator[Any]:
+async def mcp_client(target: Any, notes: list[str] | None = None, elicit: Any = None) -> AsyncIterator[Any]:
     from mcp import Client
 
     async def handler(message: Any) -> None:
         if notes is not None:
             notes.append(type(message).__name__)
 
-    async with Client(target, mode="legacy", cache=None, message_handler=handler) as client:
+    async with Client(target, mode="legacy", cache=None, message_handler=handler, elicitation_callback=elicit) as client:
         yield client
+
+
+def elicitor(answers: list[tuple[str, dict[str, Any] | None]], asked: list[Any]) -> Any:
+    """An elicitation callback giving `answers` in order (action, content), keeping what it was asked."""
+    import mcp_types as types
+
+    async def elicit(context: Any, params: Any) -> Any:
+        asked.append(params)
+        action, content = answers[len(asked) - 1]
+        return types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+
+    return elicit
 
 
 async def all_prompts(client: Any) -> list[Any]:
@@ -362,6 +374,36 @@ async def test_mcp_front_over_http_lists_gets_completes_announces_and_runs_tools
                 result = await client.call_tool("demo", {"prompt": "fail: now"})
                 assert result.is_error and "failed on purpose" in result.content[0].text
 
+                # Structured output is structuredContent (integers stay integers) and its
+                # JSON text; status text is not part of the reply (issue 15, findings 3, 4).
+                result = await client.call_tool("demo", {"prompt": "progress: data: the notes"}, progress_callback=on_progress)
+                assert [c.text for c in result.content] == [
+                    "You said: the notes",
+                    '{"count":42,"key":"value","nested":{"none":null,"ok":true},"ratio":0.5}',
+                ]
+                sc = result.structured_content
+                assert sc["count"] == 42 and type(sc["count"]) is int and sc["nested"] == {"ok": True, "none": None}
+                assert sc["stop_reason"] == "end_turn" and sc["session_id"]
+                # A client that cannot elicit: the permission is rejected for it.
+                result = await client.call_tool("demo", {"prompt": "ask: tidy"})
+                assert result.content[0].text.startswith("Understood, I left notes.txt alone.")
+
+            # A client that declared elicitation is asked (MCP 2025-11-25, Elicitation, form mode).
+            asked: list[Any] = []
+            answers = [("accept", {"choice": "Always allow"}), ("decline", None), ("accept", {"choice": ["Red", "Blue"], "other": "teal"})]
+            async with mcp_client(daemon.url + "/mcp", elicit=elicitor(answers, asked)) as client:
+                result = await client.call_tool("demo", {"prompt": "ask: tidy"})
+                assert result.content[0].text == "Edited notes.txt. You said: tidy"
+                result = await client.call_tool("demo", {"prompt": "ask: tidy"})
+                assert result.content[0].text == "Understood, I left notes.txt alone. You said: tidy"
+                result = await client.call_tool("demo", {"prompt": "choose: colours"})
+                assert result.content[0].text.startswith("You chose: Red, Blue, teal.")
+            assert asked[0].message == "Edit notes.txt?"
+            assert asked[0].requested_schema["properties"]["choice"]["enum"] == ["Allow", "Always allow", "Reject", "Never allow"]
+            colours = asked[2].requested_schema["properties"]
+            assert colours["choice"]["items"]["enum"] == ["Red", "Green", "Blue"] and colours["other"]["type"] == "string"
+
+            async with mcp_client(daemon.url + "/mcp") as client:
                 # Cancelling the call (notifications/cancelled) cancels the turn.
                 with trio.move_on_after(1.5):
                     await client.call_tool("demo", {"prompt": "/slowly"})
@@ -390,6 +432,10 @@ async def test_mcp_front_over_stdio_and_everything_over_http_as_a_source(
                 assert got.messages[1].content.type == "resource"
                 result = await client.call_tool("demo", {"prompt": "/args-prompt Rome state=Lazio"})
                 assert result.content[0].text == "You said: What's weather in Rome, Lazio?"
+            asked: list[Any] = []
+            async with mcp_client(params, elicit=elicitor([("accept", {"choice": "Allow"})], asked)) as client:
+                result = await client.call_tool("demo", {"prompt": "ask: tidy"})
+                assert result.content[0].text == "Edited notes.txt. You said: tidy" and len(asked) == 1
 
 
 async def test_mcp_front_checks_origin_host_and_token_and_stops_promptly(

@@ -205,6 +205,10 @@ async def test_a_run_streams_every_patch_type_questions_and_a_fork(
                 args = json.loads(perm["data"]["arguments"])["questions"][0]
                 assert perm["data"]["status"] == "awaiting_answer"
                 assert [o["label"] for o in args["options"]] == ["Allow", "Always allow", "Reject", "Never allow"]
+                # Our extension: what the labels cannot say, for a chat back on another agent-bridge.
+                ext = json.loads(perm["data"]["arguments"])["agentBridge"]
+                assert ext["kind"] == "permission" and ext["toolCallId"].endswith("-edit")
+                assert [(o["id"], o["kind"]) for o in ext["options"]][2:] == [("reject", "reject_once"), ("reject_always", "reject_always")]
                 assert (await c.recv())["data"]["data"] == {"status": "paused"}
                 await c.send(
                     "chat:send",

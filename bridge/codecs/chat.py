@@ -17,6 +17,11 @@ stays open (no `chat:end`) until the canonical turn ends, so an `askuser_answer`
 arrive at any time. `add_tool_call` and `tool_result` also append a `tool_use` /
 `tool_result` (`ask_user_answer`) block to the turn, so `add_content.index` counts them.
 
+The stream has no item for structured data nor for status text (Blade `api/types.md`),
+so they degrade: a data block is a text item holding its JSON — except in a headless
+run, whose `chat:end` result carries it as the output (the value itself; several are a
+list) — and progress is a `thinking` item, beside the answer, never in it.
+
 Text and thinking blocks end at `block_max_chars` (the next chunk opens a new block):
 `add_content.content` carries the whole block, and that bound keeps a long stream
 from costing quadratic bytes. Plain text is still the concatenation of text blocks.
@@ -39,7 +44,7 @@ from bridge.codecs.chat_reader import ChatReader
 from bridge.codecs.chat_tools import OPEN_TOOL, TOOL_STATUS, ToolCalls
 from bridge.codecs.chat_turns import Frame, ProjectedRun, ProjectedTurn, encode_frame
 from bridge.core import events as ev
-from bridge.core.content import ImageContent, TextContent
+from bridge.core.content import DataContent, ImageContent, TextContent, data_text, text_of
 from bridge.schema.chat import (
     AddContent,
     Block,
@@ -130,17 +135,22 @@ class ChatProjector(ToolCalls):
         options = self._run_options(run.turn_id)
         if options is not None and (options.headless or options.output_schema is not None):
             output = "".join(b.content for b in run.root.proj.blocks if b.type == "text")
+            data = (run.data[0] if len(run.data) == 1 else run.data) if run.data else None
+            if run.data:  # structured output is the output, as a value (checked as its JSON)
+                output = data_text(DataContent(data=data))
             if chat_status == "completed":
                 check = options.check  # stored when the run first ended: not validated again
                 if check is None:
                     matched, result = headless_result(output, options)
+                    if run.data and options.output_schema is None:
+                        result = {"output": data}
                     self._keep_check(run.turn_id, stored_check(output, matched, result))
                 else:
                     matched, result = bool(check.get("matched")), result_of_check(output, options, check)
                 if not matched:
                     chat_status, finish = "failed", "output_schema"
             else:
-                result = {"output": output}
+                result = {"output": data if run.data else output}
         if stop is ev.StopReason.FAILED:
             message = e.error.message if e.error else "the turn failed"
             detail = {"kind": e.error.kind if e.error else "back"}
@@ -181,9 +191,21 @@ class ChatProjector(ToolCalls):
             self._text(turn, "thinking" if e.thought else "text", e.message_id, c.text, new=False)
         elif isinstance(c, ImageContent):
             self._block(turn, Block(type="image_url", content=f"data:{c.mime_type};base64,{c.data}"))
+        elif isinstance(c, DataContent):
+            run = self._run
+            options = self._run_options(run.turn_id) if run is not None and turn is run.root else None
+            if options is not None and (options.headless or options.output_schema is not None):
+                run.data.append(c.data)  # type: ignore[union-attr]
+            else:
+                self._text(turn, "text", f"data:{e.message_id}:{len(turn.proj.blocks)}", data_text(c), new=True)
         else:
             for b in blocks_of_prompt([c]):
                 self._block(turn, b)
+
+    def _progress(self, e: ev.ProgressReported) -> None:
+        turn = self._turn(e.parent_tool_call_id)
+        if turn is not None and (text := text_of(e.content)):
+            self._text(turn, "thinking", f"progress:{e.message_id}", text, new=False)
 
     def _text(self, turn: ProjectedTurn, kind: str, key_id: str | None, delta: str, *, new: bool) -> None:
         key = (kind, key_id)
@@ -248,6 +270,7 @@ class ChatProjector(ToolCalls):
 _HANDLERS: dict[type, Callable[[ChatProjector, Any], None]] = {
     ev.TurnStarted: ChatProjector._turn_started,
     ev.MessageChunk: ChatProjector._chunk,
+    ev.ProgressReported: ChatProjector._progress,
     ev.ToolCallStarted: ChatProjector._tool_started,
     ev.ToolCallUpdated: ChatProjector._tool_updated,
     ev.PlanUpdated: ChatProjector._plan,

@@ -20,6 +20,7 @@ import msgspec
 
 from bridge.codecs import safejson
 from bridge.codecs.chat_schema import check_output_schema, headless_result, result_of_check, stored_check
+from bridge.codecs.option_kinds import infer_kind
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
@@ -191,8 +192,24 @@ def ask_questions(q: Question) -> list[dict[str, Any]]:
     return [{"question": q.prompt, "header": header, "options": options, "multiSelect": q.multi_select}]
 
 
+# Our own extension of the AskUserQuestion input: what the questions' labels cannot say
+# (each option's id and permission kind, the question's kind and the tool call it is
+# about), so a chat back on another agent-bridge reads the question exactly as it was
+# asked. A Blade-style client ignores input fields it does not know.
+EXTENSION = "agentBridge"
+_OPTION_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
+
+
 def ask_arguments(q: Question) -> str:
-    return _json.encode({"questions": ask_questions(q)}).decode()
+    args: dict[str, Any] = {"questions": ask_questions(q)}
+    if q.kind != "form":
+        ext: dict[str, Any] = {"kind": q.kind, "options": [{"id": o.id, **({"kind": o.kind} if o.kind else {})} for o in q.options]}
+        if q.tool_call_id is not None:
+            ext["toolCallId"] = q.tool_call_id
+        if q.allow_text:
+            ext["allowText"] = True
+        args[EXTENSION] = ext
+    return _json.encode(args).decode()
 
 
 def _coerce(text: str, spec: dict[str, Any]) -> Any:
@@ -270,7 +287,10 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
     """An AskUserQuestion tool call read back as one canonical question (a chat back).
 
     One question becomes a `choice` whose option ids are the indexes ("0", "1", ...),
-    free text allowed (`custom`); several become a `form` with one field per question.
+    free text allowed (`custom`), each option's kind inferred from its words; several
+    become a `form` with one field per question. Our own `agentBridge` extension (from
+    another agent-bridge's `/ws`) gives back the question's kind, its options' ids and
+    kinds and its tool call exactly.
     """
     try:
         parsed = safejson.decode(arguments or "{}")
@@ -282,11 +302,16 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
     if len(questions) == 1:
         x = questions[0]
         options = [
-            QuestionOption(id=str(i), label=str(o.get("label", i)), description=o.get("description"))
+            QuestionOption(
+                id=str(i),
+                label=str(o.get("label", i)),
+                kind=infer_kind(str(o.get("label", "")), d if isinstance(d := o.get("description"), str) else None),  # type: ignore[arg-type]
+                description=o.get("description"),
+            )
             for i, o in enumerate(x.get("options") or [])
             if isinstance(o, dict)
         ]
-        return Question(
+        q = Question(
             id=tool_call_id,
             kind="choice",
             prompt=str(x.get("question", "")),
@@ -295,6 +320,8 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
             multi_select=bool(x.get("multiSelect")),
             allow_text=True,
         )
+        ext = parsed.get(EXTENSION) if isinstance(parsed, dict) else None
+        return _extended(q, ext) if isinstance(ext, dict) else q
     props: dict[str, Any] = {}
     for i, x in enumerate(questions):
         consts = [
@@ -313,3 +340,28 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
         props[str(i)] = field
     prompt = "\n".join(str(x.get("question", "")) for x in questions)
     return Question(id=tool_call_id, kind="form", prompt=prompt, schema={"type": "object", "properties": props})
+
+
+def _extended(q: Question, ext: dict[str, Any]) -> Question:
+    """A question read back with our extension: its own kind, option ids and kinds and
+    tool call; the question as read from its labels if the extension does not fit them."""
+    opts = ext.get("options")
+    kind = ext.get("kind")
+    if kind not in ("permission", "choice") or not isinstance(opts, list) or len(opts) != len(q.options):
+        return q
+    if not all(isinstance(o, dict) and isinstance(o.get("id"), str) and o.get("kind", None) in (None, *_OPTION_KINDS) for o in opts):
+        return q
+    if len({o["id"] for o in opts}) != len(opts):
+        return q
+    options = [QuestionOption(id=o["id"], label=x.label, kind=o.get("kind"), description=x.description) for o, x in zip(opts, q.options, strict=True)]
+    tool = ext.get("toolCallId")
+    return Question(
+        id=q.id,
+        kind=kind,
+        prompt=q.prompt,
+        header=q.header,
+        options=options,
+        multi_select=q.multi_select,
+        allow_text=ext.get("allowText") is True,
+        tool_call_id=tool if isinstance(tool, str) else None,
+    )

@@ -13,7 +13,9 @@ event stream server (Blade `api/chat-flow.md`, server events) and returns the ca
   added means it runs: in_progress, ACP `ToolKind`, `ToolCallStatus`). An AskUserQuestion's result is not an
   event: answers are the session's own facts.
 - A child turn's `parent_fork_tool_call_id` becomes every event's `parent_tool_call_id`.
-- `turn:end` usage → usage; `chat:end` → `TurnEnded` with the stop reason (ACP `StopReason` ↔ Blade `chat:end`) —
+- `turn:end` usage → usage; `chat:end` → `TurnEnded` with the stop reason (ACP `StopReason` ↔ Blade `chat:end`),
+  after a data block for a headless run's structured output (`result.output` that is
+  not the plain text, Blade `api/chat-flow.md`, headless) —
   except a `completed` end while an AskUserQuestion is open, which keeps the turn
   open for its answer (Blade AskUserQuestion ↔ ACP `session/request_permission`); `system:error` → `TurnEnded` failed.
 
@@ -30,7 +32,7 @@ from msgspec import Raw
 from bridge.codecs import safejson
 from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, question_from_ask
 from bridge.core import events as ev
-from bridge.core.content import ImageContent, TextContent
+from bridge.core.content import DataContent, ImageContent, TextContent
 from bridge.errors import InvalidParams, ParseError
 from bridge.schema.chat import AddContent, AddToolCall, AskUserAnswer, SetToolStatus, ToolResult
 
@@ -185,11 +187,15 @@ class ChatReader:
             stop = ev.StopReason.FAILED
         else:
             stop = _FINISH_IN.get(d.finish_reason or "", ev.StopReason.END_TURN)
+        out: list[ev.Event] = []
         if stop is ev.StopReason.FAILED:
             r = d.result if isinstance(d.result, dict) else {}
             message = r.get("error") or r.get("err_msg") or "the chat agent failed"
             error = ev.TurnError(message=str(message), kind=d.finish_reason or "failed")
-        return [ev.TurnEnded(turn_id=self.turn_id or d.chat_run_id or "", stop_reason=stop, error=error)]
+        elif isinstance(d.result, dict) and "output" in d.result and not isinstance(d.result["output"], str | None):
+            out.append(ev.MessageChunk(content=DataContent(data=d.result["output"]), message_id=f"{d.chat_run_id or self.turn_id}:output"))
+        out.append(ev.TurnEnded(turn_id=self.turn_id or d.chat_run_id or "", stop_reason=stop, error=error))
+        return out
 
     def _on_system_error(self, raw: Raw) -> list[ev.Event]:
         d: _ErrorIn = _decode(raw, _ErrorIn)

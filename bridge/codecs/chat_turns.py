@@ -51,10 +51,11 @@ class ProjectedTurn:
 class ProjectedRun:
     """The chat run being streamed (= one canonical turn): its root turn and its fork turns."""
 
-    __slots__ = ("turn_id", "root", "children", "order", "forks", "t0")
+    __slots__ = ("turn_id", "root", "children", "order", "forks", "t0", "data")
 
     def __init__(self, turn_id: str, root: ProjectedTurn, t0: float | None) -> None:
         self.turn_id = turn_id
+        self.data: list[Any] = []  # a headless run's structured output (its chat:end result)
         self.root = root
         self.children: dict[str, ProjectedTurn] = {}
         self.order: list[ProjectedTurn] = []

@@ -25,6 +25,8 @@ The first word of a `chat:send` message picks the run:
   ask         AskUserQuestion (one question, three options): the turn pauses, chat:end
               says completed; the askuser_answer resumes it: "You chose: <label>" / "You wrote: <text>"
   askmany     AskUserQuestion with two questions (a form)
+  approve     AskUserQuestion asking permission with labels only ("Allow" / "Deny" / "Ask me later"):
+              "You chose: <label>"
   slow N      N chunks "tick i. " 50 ms apart; chat:stop ends it interrupted
   drop N      N chunks "d1 " "d2 " ... 60 ms apart; after "d3 " every socket of the
               session is cut (no close frame); the run goes on
@@ -67,6 +69,16 @@ ASK_MANY = {
     "questions": [
         {"question": "Which language?", "header": "Language", "options": [{"label": "Python"}, {"label": "Go"}]},
         {"question": "Anything else?", "header": "Notes", "options": []},
+    ]
+}
+APPROVE = {
+    "questions": [
+        {
+            "question": "Run rm -rf build?",
+            "header": "Permission",
+            "options": [{"label": "Allow"}, {"label": "Deny", "description": "leave it"}, {"label": "Ask me later"}],
+            "multiSelect": False,
+        }
     ]
 }
 TOOLS = [
@@ -371,6 +383,13 @@ class Run:
         custom = (answer.get("custom") or {}).get("0")
         labels = [ASK["questions"][0]["options"][i]["label"] for i in sel]  # type: ignore[index]
         await self.say(self.tid2, f"You chose: {', '.join(labels)}" if labels else f"You wrote: {custom}")
+        await self.end(self.tid2)
+
+    async def run_approve(self, rest: str) -> None:
+        answer = await self._ask(APPROVE)
+        sel = (answer.get("selections") or {}).get("0") or []
+        labels = [APPROVE["questions"][0]["options"][i]["label"] for i in sel]
+        await self.say(self.tid2, f"You chose: {', '.join(labels) or 'nothing'}")
         await self.end(self.tid2)
 
     async def run_askmany(self, rest: str) -> None:

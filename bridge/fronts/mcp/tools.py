@@ -4,20 +4,27 @@ Every route is a tool named after it, taking `prompt` (and `session_id` to conti
 conversation). `tools/call` opens a session of the route (or reopens that one from the
 store), runs one turn and answers with the agent's reply text (message chunks that
 are neither thoughts nor a sub-agent's, and text artifacts), plus `structuredContent`
-`{session_id, stop_reason}`. A refused prompt (an unknown slash command, a missing
+`{session_id, stop_reason}`. Structured data in the reply (a data block) is the
+`structuredContent` itself (an object; anything else, or several, as `{"value": v}`;
+`session_id` and `stop_reason` added unless it has such keys), with its JSON as a text
+block too (MCP 2025-11-25, Server: Tools, "Structured Content"). Status text
+(progress) is never part of the reply: it is the message of the next progress note. A refused prompt (an unknown slash command, a missing
 argument) and a failed turn are tool errors (`isError`) carrying the message.
 
 While the turn runs, `notifications/progress` go out at most every
 `[mcp] progress_interval_s` when something happened (progress = events so far,
 message = the running tool call's title); nothing is sent unless the client asked for
 progress. `notifications/cancelled` cancels the turn through the session (the back is
-told, bounded by the route's `cancel_grace_s`). Nobody can answer the agent's
-questions here: a permission is rejected, any other question declined as unseen
-(`by="front"`), at once. The session is closed when the call ends (its agent freed).
+told, bounded by the route's `cancel_grace_s`). The agent's questions are asked of the
+client with `elicitation/create` when it declared form elicitation (`elicit.py`);
+otherwise, or if it answers with an error, nobody here can answer: a permission is
+rejected, any other question declined as unseen (`by="front"`), at once. The session
+is closed when the call ends (its agent freed).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any, ClassVar
@@ -26,17 +33,19 @@ import mcp_types as types
 import trio
 
 from bridge.config import Config
-from bridge.core.content import TextContent
+from bridge.core.content import DataContent, TextContent, data_text, text_of
 from bridge.core.events import (
     ArtifactUpdated,
     Event,
     MessageChunk,
+    ProgressReported,
     Question,
     QuestionAsked,
     ToolCallStarted,
     TurnEnded,
 )
 from bridge.errors import BridgeError, InvalidParams, NotFound
+from bridge.fronts.mcp.elicit import answer_of, can_elicit, form_of
 from bridge.session import Session, SessionManager
 
 __all__ = ["call", "tools"]
@@ -80,6 +89,7 @@ class _Collector:
 
     def __init__(self) -> None:
         self.text: list[str] = []
+        self.data: list[DataContent] = []
         self.events = 0
         self.status: str | None = None
         self.questions: list[Question] = []
@@ -89,10 +99,13 @@ class _Collector:
         t = type(event)
         self.events += 1
         if t is MessageChunk:
-            if not event.thought and event.parent_tool_call_id is None and type(event.content) is TextContent:  # type: ignore[attr-defined]
-                self.text.append(event.content.text)  # type: ignore[attr-defined]
+            if not event.thought and event.parent_tool_call_id is None:  # type: ignore[attr-defined]
+                self._part(event.content)  # type: ignore[attr-defined]
         elif t is ArtifactUpdated and event.parent_tool_call_id is None:
-            self.text += [p.text for p in event.parts if type(p) is TextContent]  # type: ignore[attr-defined]
+            for part in event.parts:  # type: ignore[attr-defined]
+                self._part(part)
+        elif t is ProgressReported:
+            self.status = text_of(event.content) or self.status  # type: ignore[attr-defined]
         elif t is ToolCallStarted:
             self.status = event.title  # type: ignore[attr-defined]
         elif t is QuestionAsked:
@@ -100,6 +113,23 @@ class _Collector:
         elif t is TurnEnded:
             self.status = None
         self.wake.set()
+
+    def _part(self, block: Any) -> None:
+        if type(block) is TextContent:
+            self.text.append(block.text)
+        elif type(block) is DataContent:
+            self.data.append(block)
+
+    def result(self, structured: dict[str, Any]) -> types.CallToolResult:
+        content = [types.TextContent(text="".join(self.text))]
+        if self.data:
+            value = self.data[0].data if len(self.data) == 1 else [d.data for d in self.data]
+            obj = dict(value) if isinstance(value, dict) else {"value": value}
+            content.append(types.TextContent(text=data_text(DataContent(data=value))))
+            for key, v in structured.items():
+                obj.setdefault(key, v)
+            structured = obj
+        return types.CallToolResult(content=content, structured_content=structured)
 
     def congested(self) -> bool:
         return False
@@ -149,7 +179,7 @@ async def _one_turn(
         return _error(exc.message, session_id=session.id)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch, session, collector, ctx, interval)
+            nursery.start_soon(functools.partial(_watch, session, collector, ctx, interval, nursery=nursery))
             ended = await turn.wait()
             nursery.cancel_scope.cancel()
     except BaseException:
@@ -161,22 +191,40 @@ async def _one_turn(
     structured = {"session_id": session.id, "stop_reason": ended.stop_reason.value}
     if ended.error is not None:
         return _error(ended.error.message, **structured)
-    return types.CallToolResult(content=[types.TextContent(text="".join(collector.text))], structured_content=structured)
+    return collector.result(structured)
 
 
-async def _watch(session: Session, collector: _Collector, ctx: Any, interval: float) -> None:
-    """Progress notes (at most every `interval`) and answers to the questions nobody here can see."""
+async def _watch(session: Session, collector: _Collector, ctx: Any, interval: float, *, nursery: trio.Nursery) -> None:
+    """Progress notes (at most every `interval`), and the questions: asked of the client
+    (each in its own task in `nursery`, the turn's) or declined when it cannot answer."""
     reported = 0
+    elicit = can_elicit(ctx.session)
     while True:
         await collector.wake.wait()
         collector.wake = trio.Event()
         questions, collector.questions = collector.questions, []
         for question in questions:
-            _decline(session, question)
+            if elicit:
+                nursery.start_soon(_elicit, session, question, ctx)
+            else:
+                _decline(session, question)
         if collector.events > reported:
             reported = collector.events
             await ctx.session.report_progress(float(reported), None, collector.status)
             await trio.sleep(interval)
+
+
+async def _elicit(session: Session, question: Question, ctx: Any) -> None:
+    """Ask the client (on the tool call's own stream: its request id) and answer with
+    what it says; an error from it, or an answer that does not fit, is a decline."""
+    try:
+        result = await ctx.session.elicit_form(question.prompt, form_of(question), related_request_id=ctx.request_id)
+        session.answer(question.id, **answer_of(question, result.action, result.content))
+    except NotFound:
+        pass  # already answered (a timeout, a cancel)
+    except Exception as exc:  # the client's error or a misfit answer: this question only
+        log.warning("MCP tool call: the client could not answer question %s (%s); declined", question.id, exc)
+        _decline(session, question)
 
 
 def _decline(session: Session, question: Question) -> None:
