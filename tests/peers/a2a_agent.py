@@ -319,6 +319,7 @@ def main() -> None:
     ap.add_argument("--card-garbage", action="store_true")
     ap.add_argument("--card-version", default=None)
     ap.add_argument("--tls-cert-out", default=None)
+    ap.add_argument("--matrix", action="store_true", help="speak the pair matrix's words (a2a_matrix.py)")
     args = ap.parse_args()
 
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says
@@ -331,7 +332,13 @@ def main() -> None:
     scheme = "https" if args.tls_cert_out else "http"
     base = (args.public_url or f"{scheme}://127.0.0.1:{port}").rstrip("/")
     card = build_card(args, base)
-    handler = DefaultRequestHandler(agent_executor=Scripted(), task_store=InMemoryTaskStore(), agent_card=card)
+    if args.matrix:
+        from a2a_matrix import MatrixAgent
+
+        executor: AgentExecutor = MatrixAgent()
+    else:
+        executor = Scripted()
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     compat = args.mode in ("0.3", "both") or args.card_version is not None
     routes: list[Any] = [
         *create_agent_card_routes(card, cache_control=args.cache_control),

@@ -310,6 +310,11 @@ class Run:
         word, _, rest = self.text.strip().partition(" ")
         handler = getattr(self, f"run_{word}", None)
         try:
+            if self.server.args.matrix:
+                from socketio_matrix import play  # the pair matrix's words
+
+                await play(self)
+                return
             await (handler(rest) if handler is not None else self.run_hello(self.text))
         except _Abandoned:
             pass
@@ -454,6 +459,7 @@ def main() -> None:
     ap.add_argument("--token", default=None)
     ap.add_argument("--ping-interval-ms", type=int, default=25000)
     ap.add_argument("--ping-timeout-ms", type=int, default=20000)
+    ap.add_argument("--matrix", action="store_true", help="speak the pair matrix's words (socketio_matrix.py)")
     args = ap.parse_args()
     server = Server(args)
     app = socketio.ASGIApp(server.sio, other_asgi_app=server.rest, socketio_path="socket.io")
