@@ -740,7 +740,9 @@ def test_permission_request_is_bound_to_its_tool_call_with_all_the_editor_was_sh
     question = ev.Question(
         id="m1-edit-q", kind="permission", prompt="Edit notes.txt?", options=PERMISSION_OPTIONS, tool_call_id="m1-edit"
     )
-    wire = json.loads(msgspec.json.encode(codec.permission_request("s1", question, known["m1-edit"])))
+    params = codec.permission_request("s1", question, known["m1-edit"])
+    codec.track_tool_call(known, ev.ToolCallUpdated(tool_call_id="m1-edit", status="completed"))  # after it was asked
+    wire = json.loads(msgspec.json.encode(params))
     assert wire == {
         "sessionId": "s1",
         "toolCall": {

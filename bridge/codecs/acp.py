@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from bridge.codecs.acp_content import block_in, wire_block
 from bridge.codecs.option_kinds import infer_kind
 from bridge.core import events as ev
@@ -218,6 +220,8 @@ def permission_request(
     if question.tool_call_id is not None:
         if tool_call is None or tool_call.tool_call_id != question.tool_call_id:
             tool_call = acp.ToolCallFields(tool_call_id=question.tool_call_id)
+        else:
+            tool_call = msgspec.structs.replace(tool_call)  # a snapshot: `track_tool_call` goes on folding
     else:
         tool_call = acp.ToolCallFields(tool_call_id=question.id, title=question.prompt, kind="other", status="pending")
     return acp.RequestPermissionParams(session_id=session_id, tool_call=tool_call, options=options)
