@@ -27,7 +27,7 @@ from acp_back_support import PEERS, PY_AGENT, live_pids, marker, pid_alive, wait
 from bridge.backs import make_back
 from bridge.config import parse_config
 from bridge.core import events as ev
-from bridge.core.content import TextContent
+from bridge.core.content import DataContent, TextContent
 from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
 
@@ -56,7 +56,7 @@ class Recorder:
         pass
 
     def text(self) -> str:
-        return "".join(e.content.text for e in self.events if isinstance(e, ev.MessageChunk) and not e.thought)  # type: ignore[union-attr]
+        return "".join(getattr(e.content, "text", "") for e in self.events if isinstance(e, ev.MessageChunk) and not e.thought)
 
     def of(self, cls: type) -> list[Any]:
         return [e for e in self.events if isinstance(e, cls)]
@@ -253,6 +253,52 @@ async def test_permission_policies(tmp_path: Path, policy: str, prompt: str, sai
                     ("always", "Always allow", "allow_always"),
                     ("reject", "Reject", "reject_once"),
                 ]
+        await wait_gone(tag)
+
+
+async def test_permission_tool_call_progress_and_data_reach_the_session_whole(tmp_path: Path) -> None:
+    """Finding 2: every field of a permission request's toolCall reaches the session, as
+    an update of a tool call the agent announced and as the start of one it did not;
+    finding 5: a progress thought and an embedded JSON resource read back as the
+    canonical kinds they were (bridge -> bridge keeps them), an integer an integer."""
+    tag = marker()
+    with trio.fail_after(CEILING_S):
+        async with runtime({"r": route(tag)}) as m:
+            s = await m.create("r", cwd=str(tmp_path))
+            rec = Recorder(s, policy="allow")
+            ended = await turn(s, "ask askfresh progress data")
+            assert ended.stop_reason is ev.StopReason.END_TURN
+            assert rec.text().count("permission=allow") == 2
+            kinds = [type(e).__name__ for e in rec.events if getattr(e, "tool_call_id", None) in ("t2", "t3") or isinstance(e, ev.QuestionAsked)]
+            assert kinds == ["ToolCallStarted", "ToolCallUpdated", "QuestionAsked", "ToolCallStarted", "QuestionAsked"]
+            (_, update) = [e for e in rec.events if getattr(e, "tool_call_id", None) == "t2"]
+            assert update == ev.ToolCallUpdated(
+                tool_call_id="t2",
+                title="edit notes.txt",
+                kind="edit",
+                status="pending",
+                raw_input={"path": "notes.txt", "text": "new"},
+                content=[ev.ToolCallContent(type="diff", path="notes.txt", old_text="old", new_text="new")],
+                locations=[ev.ToolLocation(path="notes.txt", line=1)],
+                seq=update.seq,
+            )
+            (fresh,) = [e for e in rec.events if getattr(e, "tool_call_id", None) == "t3"]
+            assert fresh == ev.ToolCallStarted(
+                tool_call_id="t3",
+                title="Run make test",
+                kind="execute",
+                status="pending",
+                raw_input={"command": "make test"},
+                locations=[ev.ToolLocation(path="Makefile", line=3)],
+                seq=fresh.seq,
+            )
+            assert [q.question.tool_call_id for q in rec.of(ev.QuestionAsked)] == ["t2", "t3"]
+            (progress,) = rec.of(ev.ProgressReported)
+            assert progress.content == [TextContent(text="Working on it.")]
+            assert not [e for e in rec.of(ev.MessageChunk) if e.thought]  # status text, not a thought
+            (data,) = [e.content for e in rec.of(ev.MessageChunk) if isinstance(e.content, DataContent)]
+            assert data.data == {"key": "value", "count": 42, "ratio": 0.5, "nested": {"ok": True, "none": None}}
+            assert type(data.data["count"]) is int and data.mime_type is None
         await wait_gone(tag)
 
 

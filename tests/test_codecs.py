@@ -27,9 +27,11 @@ from bridge.codecs.jsonrpc import (
     error_response,
     parse,
 )
+from bridge.codecs.acp_content import wire_blocks
 from bridge.codecs.ndjson import LineReader, Oversized
+from bridge.codecs.option_kinds import infer_kind
 from bridge.core import events as ev
-from bridge.core.content import TextContent
+from bridge.core.content import DataContent, EmbeddedResource, TextContent
 from bridge.errors import (
     CODES,
     AuthRequired,
@@ -645,6 +647,52 @@ def test_artifact_with_several_parts_keeps_every_part() -> None:
     assert [u.content for u in updates] == event.parts  # type: ignore[union-attr]
 
 
+def test_data_blocks_are_json_resources_wherever_acp_carries_content() -> None:
+    # Finding 5: a data block has no ACP block of its own; in tool call content, an
+    # artifact, a replayed prompt and progress it is the same embedded JSON resource.
+    data = DataContent(data={"n": 1})
+    resource = {"type": "resource", "resource": {"uri": "data:application/json", "text": '{"n":1}', "mimeType": "application/json"}}
+    tool = codec.from_turn(ev.ToolCallUpdated(tool_call_id="t", content=[ev.ToolCallContent(content=data)]))
+    assert json.loads(msgspec.json.encode(tool))["content"] == [{"type": "content", "content": resource}]
+    artifact = codec.from_turn(ev.ArtifactUpdated(artifact_id="a", parts=[TextContent(text="x"), data]))
+    assert [json.loads(msgspec.json.encode(u))["content"] for u in artifact] == [{"type": "text", "text": "x"}, resource]  # type: ignore[union-attr]
+    started = ev.TurnStarted(turn_id="t9", prompt=[data])
+    assert json.loads(msgspec.json.encode(codec.replayed(started)))[0]["content"] == resource
+    progress = codec.replayed(ev.ProgressReported(content=[TextContent(text="a"), data], message_id="p"))
+    assert isinstance(progress, list)
+    assert [json.loads(msgspec.json.encode(u)) for u in progress] == [
+        {"sessionUpdate": "agent_thought_chunk", "_meta": {"agentBridge": {"progress": True}}, "content": c, "messageId": "p"}
+        for c in ({"type": "text", "text": "a"}, resource)
+    ]
+    assert wire_blocks([data, TextContent(text="x")])[1] == TextContent(text="x")
+    # ...and the ACP back reads it back in tool call content too.
+    back = codec.to_turn(_update_decoder.decode(msgspec.json.encode(tool)))
+    assert isinstance(back, ev.ToolCallUpdated) and back.content == [ev.ToolCallContent(content=data)]
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        {"uri": "file:///w/a.json", "text": '{"n":1}', "mimeType": "application/json"},  # a file, not inline data
+        {"uri": "data:application/json", "text": '{"n":1}', "mimeType": "text/plain"},
+        {"uri": "data:application/json", "text": "{not json", "mimeType": "application/json"},
+        {"uri": "data:application/json", "blob": "e30=", "mimeType": "application/json"},
+        {"uri": "data:application/json", "text": '{"n":1}'},
+    ],
+)
+def test_resources_that_are_not_exactly_a_data_block_stay_resources(resource: dict[str, Any]) -> None:
+    wire = {"sessionUpdate": "agent_message_chunk", "content": {"type": "resource", "resource": resource}}
+    back = codec.to_turn(_update_decoder.decode(json.dumps(wire)))
+    assert isinstance(back, ev.MessageChunk) and isinstance(back.content, EmbeddedResource)
+
+
+@pytest.mark.parametrize("meta", [{"agentBridge": {"progress": "yes"}}, {"agentBridge": True}, {"other": {"progress": True}}])
+def test_only_our_progress_mark_makes_a_thought_progress(meta: dict[str, Any]) -> None:
+    wire = {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}, "_meta": meta}
+    back = codec.to_turn(_update_decoder.decode(json.dumps(wire)))
+    assert isinstance(back, ev.MessageChunk) and back.thought
+
+
 def test_modes_from_the_mode_option() -> None:
     options = [
         ev.ConfigOption(id="model", name="Model", current="m", values=[ev.ConfigValue(value="m", name="M")]),
@@ -675,15 +723,37 @@ PERMISSION_OPTIONS = [
 ]
 
 
-def test_permission_request_about_a_known_tool_call_names_only_its_id() -> None:
+def test_permission_request_is_bound_to_its_tool_call_with_all_the_editor_was_shown() -> None:
+    # Findings 1 and 2: bound to the tool call (m1-edit), not to the question (m1-edit-q),
+    # and carrying every field of it (ACP: toolCall is a ToolCallUpdate).
+    known: dict[str, acp.ToolCallFields] = {}
+    codec.track_tool_call(
+        known,
+        ev.ToolCallStarted(
+            tool_call_id="m1-edit", title="Edit notes.txt", kind="edit", raw_input={"path": "notes.txt"},
+            locations=[ev.ToolLocation(path="notes.txt", line=1)],
+        ),
+    )  # fmt: skip
+    diff = ev.ToolCallContent(type="diff", path="notes.txt", new_text="hello")
+    codec.track_tool_call(known, ev.ToolCallUpdated(tool_call_id="m1-edit", title="Edit notes.txt (2 lines)", content=[diff]))
+    codec.track_tool_call(known, ev.ToolCallStarted(tool_call_id="other", title="Other"))
     question = ev.Question(
         id="m1-edit-q", kind="permission", prompt="Edit notes.txt?", options=PERMISSION_OPTIONS, tool_call_id="m1-edit"
     )
-    params = codec.permission_request("s1", question)
+    params = codec.permission_request("s1", question, known["m1-edit"])
+    codec.track_tool_call(known, ev.ToolCallUpdated(tool_call_id="m1-edit", status="completed"))  # after it was asked
     wire = json.loads(msgspec.json.encode(params))
     assert wire == {
         "sessionId": "s1",
-        "toolCall": {"toolCallId": "m1-edit"},
+        "toolCall": {
+            "toolCallId": "m1-edit",
+            "title": "Edit notes.txt (2 lines)",
+            "kind": "edit",
+            "status": "pending",
+            "content": [{"type": "diff", "path": "notes.txt", "oldText": None, "newText": "hello"}],
+            "locations": [{"path": "notes.txt", "line": 1}],
+            "rawInput": {"path": "notes.txt"},
+        },
         "options": [
             {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
             {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
@@ -692,6 +762,9 @@ def test_permission_request_about_a_known_tool_call_names_only_its_id() -> None:
         ],
     }
     assert "sessionUpdate" not in json.dumps(wire)
+    # A tool call the editor was not shown (it attached later): named by its id alone.
+    bare = json.loads(msgspec.json.encode(codec.permission_request("s1", question, known["other"])))
+    assert bare["toolCall"] == {"toolCallId": "m1-edit"}
 
 
 def test_permission_request_without_a_tool_call_describes_the_question() -> None:
@@ -706,11 +779,64 @@ def test_permission_request_without_a_tool_call_describes_the_question() -> None
         "sessionId": "s1",
         "toolCall": {"toolCallId": "q7", "title": "Which colour?", "kind": "other", "status": "pending"},
         "options": [
-            {"optionId": "red", "name": "Red", "kind": "allow_once"},
+            {"optionId": "red", "name": "Red", "kind": "reject_once"},
             {"optionId": "no", "name": "No", "kind": "reject_once"},
         ],
     }
     assert "sessionUpdate" not in wire["toolCall"]
+
+
+def test_option_kinds_without_a_kind_come_from_their_words_and_are_never_an_invented_allow() -> None:
+    # Finding 1: a chat or Blade-style peer's options have a label and a description only.
+    question = ev.Question(
+        id="m1-edit-q",
+        kind="permission",
+        prompt="Edit notes.txt?",
+        tool_call_id="m1-edit",
+        options=[
+            ev.QuestionOption(id="0", label="Allow"),
+            ev.QuestionOption(id="1", label="Always allow"),
+            ev.QuestionOption(id="2", label="Reject"),
+            ev.QuestionOption(id="3", label="Never allow"),
+            ev.QuestionOption(id="4", label="Option B", description="Approve the edit"),
+            ev.QuestionOption(id="5", label="Later"),
+        ],
+    )
+    wire = json.loads(msgspec.json.encode(codec.permission_request("s1", question)))
+    assert [(o["optionId"], o["kind"]) for o in wire["options"]] == [
+        ("0", "allow_once"),
+        ("1", "allow_always"),
+        ("2", "reject_once"),
+        ("3", "reject_always"),
+        ("4", "allow_once"),
+        ("5", "reject_once"),  # words that say nothing: the safe reading
+    ]
+    assert wire["toolCall"] == {"toolCallId": "m1-edit"}
+
+
+@pytest.mark.parametrize(
+    ("label", "description", "kind"),
+    [
+        ("Allow", None, "allow_once"),
+        ("Yes, proceed", None, "allow_once"),
+        ("Always allow", None, "allow_always"),
+        ("Allow for this session", None, "allow_always"),
+        ("Yes, and don't ask again", None, "allow_always"),
+        ("Don't ask again", None, "allow_always"),
+        ("Reject", None, "reject_once"),
+        ("No, stop", None, "reject_once"),
+        ("Skip this change", None, "reject_once"),
+        ("Do not allow", None, "reject_once"),
+        ("Never allow", None, "reject_always"),
+        ("Deny always", None, "reject_always"),
+        ("Red", None, None),
+        ("", None, None),
+        ("Option A", "Reject the change", "reject_once"),
+        ("Option A", {"not": "text"}, None),
+    ],
+)
+def test_infer_kind_reads_the_label_then_the_description(label: str, description: Any, kind: str | None) -> None:
+    assert infer_kind(label, description) == kind
 
 
 def test_permission_result_decodes_both_outcomes() -> None:

@@ -13,6 +13,7 @@ started, outlives its session, a crash or the bridge's exit.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -86,17 +87,43 @@ async def test_python_sdk_agent_permission_both_ways(tmp_path: Path, bridge_exe:
         async with open_driver(tmp_path, bridge_exe, {"coder": py_route(tag)}, "coder") as d:
             sid = await d.new(str(tmp_path))
             await d.send(cmd="policy", session=None, value=answer)
-            r = await d.request("prompt", session=sid, text="ask text:1")
+            r = await d.request("prompt", session=sid, text="ask askfresh progress data text:1")
             assert r["result"]["stopReason"] == "end_turn", r
-            (perm,) = [e for e in d.events if e.get("event") == "permission"]
-            # The agent's own options reach the editor, bound to its tool call.
+            perm, fresh = [e for e in d.events if e.get("event") == "permission"]
+            # The agent's own options reach the editor, bound to its tool call...
             assert [(o["optionId"], o["name"], o["kind"]) for o in perm["options"]] == [
                 ("allow", "Allow", "allow_once"),
                 ("always", "Always allow", "allow_always"),
                 ("reject", "Reject", "reject_once"),
             ]
-            assert perm["toolCall"]["toolCallId"] == "t2" and perm["sessionId"] == sid
-            assert f"permission={answer}" in d.text(sid)
+            assert perm["sessionId"] == sid
+            # ...with every field the agent gave it (finding 2), announced or not.
+            assert perm["toolCall"] == {
+                "toolCallId": "t2",
+                "title": "edit notes.txt",
+                "kind": "edit",
+                "status": "pending",
+                "content": [{"type": "diff", "path": "notes.txt", "oldText": "old", "newText": "new"}],
+                "locations": [{"path": "notes.txt", "line": 1}],
+                "rawInput": {"path": "notes.txt", "text": "new"},
+            }
+            assert fresh["toolCall"] == {
+                "toolCallId": "t3",
+                "title": "Run make test",
+                "kind": "execute",
+                "status": "pending",
+                "locations": [{"path": "Makefile", "line": 3}],
+                "rawInput": {"command": "make test"},
+            }
+            (shown,) = [u for u in d.updates(sid, "tool_call") if u["toolCallId"] == "t3"]
+            assert {k: v for k, v in shown.items() if k != "sessionUpdate"} == fresh["toolCall"]
+            assert d.text(sid).count(f"permission={answer}") == 2
+            # Progress and data come back out as they went in (bridge -> bridge keeps them).
+            (progress,) = d.updates(sid, "agent_thought_chunk")
+            assert progress["_meta"] == {"agentBridge": {"progress": True}} and progress["content"]["text"] == "Working on it."
+            (data,) = [u["content"] for u in d.updates(sid, "agent_message_chunk") if u["content"]["type"] == "resource"]
+            assert data["resource"]["uri"] == "data:application/json" and data["resource"]["mimeType"] == "application/json"
+            assert json.loads(data["resource"]["text"]) == {"count": 42, "key": "value", "nested": {"none": None, "ok": True}, "ratio": 0.5}
         await wait_gone(tag)
 
 

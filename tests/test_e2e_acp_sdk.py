@@ -13,17 +13,27 @@ validate, so "the SDK saw the same thing" is a schema check of its own).
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
+from acp_sdk_support import (
+    assert_sdk_saw_everything,
+    err,
+    incoming,
+    kinds,
+    ok,
+    parent_of,
+    request_index,
+    response_index,
+    run_sdk_client,
+    text,
+    turn_span,
+    wire_updates,
+)
 
 from bridge.backs.demo.back import WORDS
 
-CLIENT = Path(__file__).resolve().parent / "peers" / "acp_sdk_client.py"
 EVERY_KIND = {"agent_thought_chunk", "plan", "tool_call", "tool_call_update", "agent_message_chunk", "usage_update"}
 
 
@@ -39,110 +49,11 @@ def run_sdk(bridge_exe: list[str], state_dir: str, clean_env: dict[str, str], wo
     """run_sdk(scenario, **options) -> report; one SDK client process, one bridge."""
 
     async def run(scenario: str, *, bridge_args: tuple[str, ...] = (), **options: Any) -> dict[str, Any]:
-        log = tmp_path / f"bridge-{scenario}.log"
-        opts = {"cwd": workdir, "stderr": str(log), **options}
         command = [*bridge_exe, "acp", "demo", "--state-dir", state_dir, *bridge_args]
-        with trio.fail_after(60):
-            proc = await trio.run_process(
-                [sys.executable, str(CLIENT), scenario, json.dumps(opts), *command],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env=clean_env,
-                cwd=workdir,
-            )
-        bridge_log = log.read_text(errors="replace") if log.exists() else ""
-        where = f"\n--- client stderr:\n{proc.stderr.decode(errors='replace')}\n--- bridge stderr:\n{bridge_log}"
-        assert proc.returncode == 0, f"SDK client exited {proc.returncode}{where}"
-        report: dict[str, Any] = json.loads(proc.stdout)
-        assert "crash" not in report, f"{report['crash']}{where}"
-        # Leaving the SDK's context closes the bridge's stdin: it must exit by itself, cleanly.
-        assert report["bridge_returncode"] == 0, where
-        report["bridge_log"] = bridge_log
-        return report
+        log = tmp_path / f"bridge-{scenario}.log"
+        return await run_sdk_client(scenario, bridge=command, env=clean_env, cwd=workdir, log=log, **options)
 
     return run
-
-
-# -- reading a report ----------------------------------------------------------------------
-
-
-def ok(report: dict[str, Any], name: str) -> Any:
-    entry = report["results"][name]
-    assert "result" in entry, f"{name} failed: {entry}"
-    return entry["result"]
-
-
-def err(report: dict[str, Any], name: str) -> dict[str, Any]:
-    entry = report["results"][name]
-    assert "error" in entry, f"{name} should have failed, got {entry}"
-    return entry["error"]
-
-
-def incoming(report: dict[str, Any], method: str) -> list[tuple[int, dict[str, Any]]]:
-    """(wire index, message) of every message the bridge sent with `method`."""
-    return [(i, w["msg"]) for i, w in enumerate(report["wire"]) if w["dir"] == "in" and w["msg"].get("method") == method]
-
-
-def wire_updates(report: dict[str, Any], session_id: str, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
-    """The `update` of every session/update for `session_id`, in wire order, within [start, stop)."""
-    stop = len(report["wire"]) if stop is None else stop
-    return [
-        m["params"]["update"]
-        for i, m in incoming(report, "session/update")
-        if start <= i < stop and m["params"]["sessionId"] == session_id
-    ]
-
-
-def request_index(report: dict[str, Any], method: str, nth: int = 0) -> tuple[int, Any]:
-    """(wire index, id) of the nth request we sent with `method`."""
-    found = [
-        (i, w["msg"]["id"])
-        for i, w in enumerate(report["wire"])
-        if w["dir"] == "out" and w["msg"].get("method") == method and "id" in w["msg"]
-    ]
-    return found[nth]
-
-
-def response_index(report: dict[str, Any], request_id: Any) -> int:
-    for i, w in enumerate(report["wire"]):
-        m = w["msg"]
-        if w["dir"] == "in" and "method" not in m and m.get("id") == request_id:
-            return i
-    raise AssertionError(f"no response to request {request_id}")
-
-
-def turn_span(report: dict[str, Any], nth: int = 0) -> tuple[int, int]:
-    """Wire indices of the nth session/prompt request and of its response."""
-    i, rid = request_index(report, "session/prompt", nth)
-    return i, response_index(report, rid)
-
-
-def kinds(updates: list[dict[str, Any]]) -> list[str]:
-    return [u["sessionUpdate"] for u in updates]
-
-
-def text(updates: list[dict[str, Any]], kind: str = "agent_message_chunk") -> str:
-    return "".join(u["content"]["text"] for u in updates if u["sessionUpdate"] == kind)
-
-
-def parent_of(update: dict[str, Any]) -> str | None:
-    return ((update.get("_meta") or {}).get("agentBridge") or {}).get("parentToolCallId")
-
-
-def assert_sdk_saw_everything(report: dict[str, Any], *, tolerate: tuple[str, ...] = ()) -> None:
-    """The SDK parsed every update the bridge sent, dropped nothing, and logged no error."""
-    log = [line for line in report["sdk_log"] if not any(t in line for t in tolerate)]
-    assert log == [], log
-    sent = [(m["params"]["sessionId"], m["params"]["update"]) for _, m in incoming(report, "session/update")]
-    parsed = [(u["sessionId"], u["update"]) for u in report["updates"]]
-    assert len(parsed) == len(sent)
-    # Lists the SDK validates item by item (and silently drops on error) must survive whole.
-    for (_, wire), (_, sdk) in zip(sent, parsed, strict=True):
-        assert wire["sessionUpdate"] == sdk["sessionUpdate"]
-        for key in ("entries", "availableCommands", "configOptions", "content"):
-            if isinstance(wire.get(key), list):
-                assert len(sdk.get(key, [])) == len(wire[key]), (key, wire, sdk)
 
 
 # -- 1. the whole show ---------------------------------------------------------------------
@@ -212,8 +123,17 @@ async def test_initialize_new_session_and_every_update_kind(run_sdk: Any) -> Non
     assert done[0]["type"] == "content" and "agent-bridge" in done[0]["content"]["text"]
 
     # ask: the permission request names the edit's tool call; allowed, the edit completes with a diff.
+    # It carries what the editor was shown of that tool call (ACP: toolCall is a ToolCallUpdate).
     (perm,) = r["permissions"]
-    assert perm["sessionId"] == sid and perm["toolCall"]["toolCallId"] == edit["toolCallId"]
+    assert perm["sessionId"] == sid
+    assert perm["toolCall"] == {
+        "toolCallId": edit["toolCallId"],
+        "title": "Edit notes.txt",
+        "kind": "edit",
+        "status": "pending",
+        "locations": [{"path": "notes.txt"}],
+        "rawInput": {"path": "notes.txt", "text": "hello"},
+    }
     assert [o["kind"] for o in perm["options"]] == ["allow_once", "allow_always", "reject_once", "reject_always"]
     assert perm["answer"]["outcome"] == {"outcome": "selected", "optionId": "allow"}
     ((asked, _),) = incoming(r, "session/request_permission")

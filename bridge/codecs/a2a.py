@@ -32,6 +32,7 @@ import msgspec
 from msgspec import UNSET
 
 from bridge.codecs.numbers import small_int
+from bridge.codecs.option_kinds import infer_kind
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
@@ -181,7 +182,6 @@ class AskedQuestion(NamedTuple):
     items: list[dict[str, Any]]  # the "questions" entries, for the "questions" shape
 
 
-_REJECT = re.compile(r"^(no|deny|denied|reject|decline|cancel|abort|stop)\b", re.I)
 _KINDS = {"allow_once", "allow_always", "reject_once", "reject_always"}
 
 
@@ -205,8 +205,8 @@ def question_for(status: s.TaskStatus, task_id: str, *, seq: int = 0) -> AskedQu
                 label = str(o.get("label") or o.get("name") or oid)
                 kind = o.get("kind") if o.get("kind") in _KINDS else None
                 explicit = explicit or kind is not None
-                kind = kind or ("reject_once" if _REJECT.match(label) or _REJECT.match(oid) else "allow_once")
                 desc = o.get("description") if isinstance(o.get("description"), str) else None
+                kind = kind or infer_kind(label, desc) or infer_kind(oid) or "allow_once"
                 options.append(QuestionOption(id=oid, label=label, kind=kind, description=desc))  # type: ignore[arg-type]
             q = Question(
                 id=qid,

@@ -5,14 +5,27 @@ has no place for the event), `replayed(event)` the same for a stored event that
 `session/load` replays; `to_turn(update)` reads an ACP agent's update back into
 the canonical model. Sub-agent events keep their parent in `_meta` (ACP v1 has no
 sub-agent concept; ACP, Extensibility: `_meta`): `{"agentBridge": {"parentToolCallId": ...}}`.
+
+Two canonical kinds have no ACP update of their own, so they ride on the nearest one
+and come back through `to_turn` (bridge → bridge keeps them):
+
+- a data block (`DataContent`) is an embedded resource (ACP schema, `EmbeddedResource`)
+  `{"uri": "data:application/json", "mimeType": <a JSON type>, "text": <the JSON>}`
+  (`bridge/codecs/acp_content.py`);
+- progress (`ProgressReported`) is an `agent_thought_chunk` marked
+  `_meta: {"agentBridge": {"progress": true}}`: status text beside the answer, never in it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from bridge.codecs.acp_content import block_in, wire_block
+from bridge.codecs.option_kinds import infer_kind
 from bridge.core import events as ev
-from bridge.core.content import TextContent
+from bridge.core.content import DataContent, EmbeddedResource, TextContent
 from bridge.schema import acp
 
 __all__ = [
@@ -22,18 +35,25 @@ __all__ = [
     "modes",
     "elicitation_request",
     "permission_request",
+    "permission_tool_call",
     "replayed",
     "to_turn",
+    "track_tool_call",
     "user_chunks",
 ]
 
 META_KEY = "agentBridge"
-
-
 def _meta(event: ev.Event) -> dict[str, Any] | None:
     if event.parent_tool_call_id is None:
         return None
     return {META_KEY: {"parentToolCallId": event.parent_tool_call_id}}
+
+
+def _progress_meta(event: ev.Event) -> dict[str, Any]:
+    ours: dict[str, Any] = {"progress": True}
+    if event.parent_tool_call_id is not None:
+        ours["parentToolCallId"] = event.parent_tool_call_id
+    return {META_KEY: ours}
 
 
 def _tool_content(items: list[ev.ToolCallContent] | None) -> list[acp.ToolCallContentItem] | None:
@@ -46,7 +66,7 @@ def _tool_content(items: list[ev.ToolCallContent] | None) -> list[acp.ToolCallCo
         elif c.type == "terminal":
             out.append(acp.ToolCallContentItem(type="terminal", terminal_id=c.terminal_id))
         else:
-            out.append(acp.ToolCallContentItem(type="content", content=c.content))
+            out.append(acp.ToolCallContentItem(type="content", content=None if c.content is None else wire_block(c.content)))
     return out
 
 
@@ -85,7 +105,13 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
     if t is ev.MessageChunk:
         e: Any = event
         cls = acp.AgentThoughtChunk if e.thought else acp.AgentMessageChunk
-        return cls(content=e.content, message_id=e.message_id, meta=None if e.parent_tool_call_id is None else _meta(e))
+        content = e.content if type(e.content) is not DataContent else wire_block(e.content)
+        return cls(content=content, message_id=e.message_id, meta=None if e.parent_tool_call_id is None else _meta(e))
+    if t is ev.ProgressReported:
+        e = event
+        meta = _progress_meta(e)
+        chunks = [acp.AgentThoughtChunk(content=wire_block(b), message_id=e.message_id, meta=meta) for b in e.content]
+        return chunks[0] if len(chunks) == 1 else chunks or None
     if t is ev.ToolCallStarted:
         e = event
         return acp.ToolCall(
@@ -144,7 +170,7 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
         # part, the artifact id as the message id, its name in _meta.
         e = event
         meta = {META_KEY: {"artifactName": e.name}} if e.name else _meta(event)
-        chunks = [acp.AgentMessageChunk(content=part, message_id=e.artifact_id, meta=meta) for part in e.parts]
+        chunks = [acp.AgentMessageChunk(content=wire_block(part), message_id=e.artifact_id, meta=meta) for part in e.parts]
         return chunks[0] if len(chunks) == 1 else chunks or None
     # TurnStarted (replayed by the ACP front itself), questions, turn end: no update.
     return None
@@ -152,7 +178,7 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
 
 def user_chunks(event: ev.TurnStarted) -> list[acp.UserMessageChunk]:
     """The prompt of a stored turn, replayed on `session/load`."""
-    return [acp.UserMessageChunk(content=block, message_id=f"user-{event.turn_id}") for block in event.prompt]
+    return [acp.UserMessageChunk(content=wire_block(block), message_id=f"user-{event.turn_id}") for block in event.prompt]
 
 
 def replayed(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | None:
@@ -171,16 +197,52 @@ def replayed(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | N
     return from_turn(event)
 
 
-def permission_request(session_id: str, question: ev.Question) -> acp.RequestPermissionParams:
+def permission_request(
+    session_id: str, question: ev.Question, tool_call: acp.ToolCallFields | None = None
+) -> acp.RequestPermissionParams:
+    """`session/request_permission` for `question` (ACP schema, `RequestPermissionRequest`).
+
+    Its `toolCall` (a `ToolCallUpdate`) is the tool call the question is about, with what
+    the editor has been told of it (`tool_call`, kept by `track_tool_call`), so every
+    field the agent gave reaches the editor. A question about no tool call gets a tool
+    call of its own, named by the question.
+
+    ACP requires each option's kind (`PermissionOptionKind`); clients pick by it (auto
+    approval, auto rejection) and style their buttons with it. An option without one
+    (a chat or A2A peer's `{label, description}`) gets the kind its words say
+    (`infer_kind`); one whose words say nothing is read as `reject_once`, never as an
+    allow: a client that approves by kind must never pick an option we could not read.
+    """
     options = [
-        acp.PermissionOption(option_id=o.id, name=o.label, kind=o.kind or "allow_once") for o in question.options
+        acp.PermissionOption(option_id=o.id, name=o.label, kind=o.kind or infer_kind(o.label, o.description) or "reject_once")
+        for o in question.options
     ]
-    # A question about a known tool call names it only; the editor already shows it.
     if question.tool_call_id is not None:
-        tool_call = acp.ToolCallFields(tool_call_id=question.tool_call_id)
+        if tool_call is None or tool_call.tool_call_id != question.tool_call_id:
+            tool_call = acp.ToolCallFields(tool_call_id=question.tool_call_id)
+        else:
+            tool_call = msgspec.structs.replace(tool_call)  # a snapshot: `track_tool_call` goes on folding
     else:
         tool_call = acp.ToolCallFields(tool_call_id=question.id, title=question.prompt, kind="other", status="pending")
     return acp.RequestPermissionParams(session_id=session_id, tool_call=tool_call, options=options)
+
+
+def track_tool_call(known: dict[str, acp.ToolCallFields], event: ev.ToolCallStarted | ev.ToolCallUpdated) -> None:
+    """Fold `event` into what an editor knows of its tool call (ACP schema,
+    `ToolCallUpdate`: the fields an update sets replace the earlier ones)."""
+    fields = known.get(event.tool_call_id)
+    if fields is None:
+        fields = known[event.tool_call_id] = acp.ToolCallFields(tool_call_id=event.tool_call_id)
+    for name in ("title", "kind", "status", "raw_input"):
+        value = getattr(event, name)
+        if value is not None:
+            setattr(fields, name, value)
+    if type(event) is ev.ToolCallUpdated and event.raw_output is not None:
+        fields.raw_output = event.raw_output
+    if event.content is not None:
+        fields.content = _tool_content(event.content)
+    if event.locations is not None:
+        fields.locations = _locations(event.locations)
 
 
 def elicitation_request(session_id: str, question: ev.Question) -> acp.ElicitationParams:
@@ -190,6 +252,29 @@ def elicitation_request(session_id: str, question: ev.Question) -> acp.Elicitati
     )
 
 
+def permission_tool_call(fields: acp.ToolCallFields, *, announced: bool) -> ev.Event | None:
+    """The tool call of an agent's permission request (ACP schema,
+    `RequestPermissionRequest.toolCall`, a `ToolCallUpdate`) as a canonical event, so every
+    front shows what the agent said of it: a ToolCallStarted for a tool call the agent had
+    not announced, else a ToolCallUpdated of the fields it set (None when it set none)."""
+    f = fields
+    if not announced:
+        return to_turn(
+            acp.ToolCall(
+                tool_call_id=f.tool_call_id, title=f.title or "Tool call", kind=f.kind, status=f.status, content=f.content,
+                locations=f.locations, raw_input=f.raw_input, meta=f.meta,
+            )
+        )  # fmt: skip
+    if all(v is None for v in (f.title, f.kind, f.status, f.content, f.locations, f.raw_input, f.raw_output)):
+        return None
+    return to_turn(
+        acp.ToolCallUpdate(
+            tool_call_id=f.tool_call_id, title=f.title, kind=f.kind, status=f.status, content=f.content,
+            locations=f.locations, raw_input=f.raw_input, raw_output=f.raw_output, meta=f.meta,
+        )
+    )  # fmt: skip
+
+
 def to_turn(update: acp.SessionUpdate) -> ev.Event | None:
     """An ACP agent's update in the canonical model (None: nothing to keep)."""
     meta = update.meta.get(META_KEY, {}) if update.meta else {}
@@ -197,9 +282,10 @@ def to_turn(update: acp.SessionUpdate) -> ev.Event | None:
     t = type(update)
     u: Any = update
     if t is acp.AgentMessageChunk or t is acp.AgentThoughtChunk:
-        return ev.MessageChunk(
-            content=u.content, message_id=u.message_id, thought=t is acp.AgentThoughtChunk, parent_tool_call_id=parent
-        )
+        content = block_in(u.content) if type(u.content) is EmbeddedResource else u.content
+        if t is acp.AgentThoughtChunk and isinstance(meta, dict) and meta.get("progress") is True:
+            return ev.ProgressReported(content=[content], message_id=u.message_id, parent_tool_call_id=parent)
+        return ev.MessageChunk(content=content, message_id=u.message_id, thought=t is acp.AgentThoughtChunk, parent_tool_call_id=parent)
     if t is acp.ToolCall:
         return ev.ToolCallStarted(
             tool_call_id=u.tool_call_id,
@@ -266,7 +352,7 @@ def _tool_content_in(items: list[acp.ToolCallContentItem] | None) -> list[ev.Too
     return [
         ev.ToolCallContent(
             type=c.type,
-            content=c.content,
+            content=None if c.content is None else block_in(c.content),
             path=c.path,
             old_text=c.old_text if isinstance(c.old_text, str) else None,
             new_text=c.new_text,

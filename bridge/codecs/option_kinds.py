@@ -1,9 +1,12 @@
-"""An option's permission kind read from its words (ACP schema `PermissionOptionKind`), sans-I/O.
+"""The kind of a permission option read from its words, sans-I/O.
 
-A peer that offers options with only a label (an A2A agent's `options`, Blade's
-AskUserQuestion) says what each does in words. `infer_kind` reads the usual words; an
-option whose words say neither allow nor reject gets no kind, so a client that picks by
-kind (an auto-reject policy, a styled button) is never told a refusal is a grant.
+ACP permission options carry a kind (ACP schema, `PermissionOptionKind`: `allow_once`,
+`allow_always`, `reject_once`, `reject_always`), which clients use to pick an answer by
+policy and to style the buttons. Peers that offer options with only a label (an A2A
+agent's `options` data part, a chat server's AskUserQuestion, a Blade-style server's
+`{label, description}`) leave it to us: `infer_kind` reads it from the label (then the
+description), and says None when the words do not tell; a caller must then not claim
+an allow.
 """
 
 from __future__ import annotations
@@ -12,20 +15,26 @@ import re
 
 __all__ = ["infer_kind"]
 
-_REJECT = re.compile(r"^(no|deny|denied|reject|decline|cancel|abort|stop|never|don'?t|disallow|refuse)\b", re.I)
-_ALLOW = re.compile(r"^(yes|allow|allowed|approve|accept|ok|okay|proceed|continue|grant|always allow|run|apply)\b", re.I)
-_ALWAYS = re.compile(r"\b(always|never|all|every|for this session|remember)\b", re.I)
+# A refusal word first ("Reject", "No, thanks", "Never allow", "Don't run"): checked
+# before the allow words, so "Never allow" and "Do not allow" read as refusals.
+_REJECT = re.compile(
+    r"^\W*(no|nope|deny|denied|reject|decline|refuse|cancel|abort|stop|skip|block|disallow|never|don'?t(?!\s+ask)|do\s+not(?!\s+ask))\b", re.I
+)
+_ALLOW = re.compile(
+    r"^\W*(?:always\W+|just\W+|yes\W+)?(y|yes|ok|okay|allow|allowed|approve|accept|proceed|sure|continue|confirm|grant|permit|run|go|don'?t\s+ask|do\s+not\s+ask)\b",
+    re.I,
+)
+# Words that make an answer stick beyond this one call.
+_ALWAYS = re.compile(r"\b(always|never|forever|permanently|remember|session|every|all\s+future|don'?t\s+ask)\b", re.I)
 
 
 def infer_kind(label: str, description: str | None = None) -> str | None:
-    """`allow_once` / `allow_always` / `reject_once` / `reject_always` from an option's
-    label (its description when the label says nothing), or None when neither says."""
-    for words in (label.strip(), (description or "").strip()):
-        if not words:
-            continue
-        always = _ALWAYS.search(words) is not None
+    """The option kind `label` (or else `description`) says, or None when neither tells."""
+    for words in (label, description):
+        if not isinstance(words, str) or not words:
+            continue  # a peer's JSON may hold anything here
         if _REJECT.match(words):
-            return "reject_always" if always else "reject_once"
-        if _ALLOW.match(words) or words.lower().startswith("always"):
-            return "allow_always" if always else "allow_once"
+            return "reject_always" if _ALWAYS.search(words) else "reject_once"
+        if _ALLOW.match(words):
+            return "allow_always" if _ALWAYS.search(words) else "allow_once"
     return None

@@ -362,13 +362,17 @@ class PermissionOption(_Acp):
 
 
 class ToolCallFields(_Acp):
-    """A ToolCallUpdate's fields outside `session/update` (no `sessionUpdate` tag)."""
+    """A ToolCallUpdate's fields outside `session/update` (no `sessionUpdate` tag): the
+    `toolCall` of `session/request_permission` (ACP schema, `RequestPermissionRequest`)."""
 
     tool_call_id: str
     title: str | None = None
     kind: str | None = None
     status: str | None = None
+    content: list[ToolCallContentItem] | None = None
+    locations: list[ToolCallLocation] | None = None
     raw_input: Any = None
+    raw_output: Any = None
 
 
 class RequestPermissionParams(_Acp):

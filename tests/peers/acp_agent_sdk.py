@@ -7,8 +7,13 @@ run in order, say what it does; some misbehave on purpose:
     think       one thought chunk
     tool        a read tool call: pending → in_progress → completed
     ask/askread a tool call (edit / read) and session/request_permission with
-                allow_once "allow", allow_always "always", reject_once "reject";
-                then the text "permission=<optionId|cancelled>"
+                allow_once "allow", allow_always "always", reject_once "reject",
+                its toolCall in full (title, kind, status, locations, rawInput,
+                a diff); then the text "permission=<optionId|cancelled>"
+    askfresh    the same about a tool call it never announced ("t3", execute)
+    progress    a thought chunk marked `_meta.agentBridge.progress` ("Working on it.")
+    data        a message chunk holding JSON as an embedded `data:application/json`
+                resource (DATA of tests/matrix/kinds.py)
     slow        a chunk every 50 ms for up to 30 s; honours session/cancel
     hang        never answers, ignores cancel
     crash       a chunk, then exits at once (code 3)
@@ -61,6 +66,8 @@ from acp.schema import (
     AgentCapabilities,
     AvailableCommand,
     CloseSessionResponse,
+    EmbeddedResourceContentBlock,
+    FileEditToolCallContent,
     InitializeResponse,
     LoadSessionResponse,
     NewSessionResponse,
@@ -73,9 +80,14 @@ from acp.schema import (
     SessionMode,
     SessionModeState,
     SetSessionConfigOptionResponse,
+    TextResourceContents,
+    ToolCallLocation,
     ToolCallUpdate,
     UnstructuredCommandInput,
 )
+
+# What `data` sends (a copy of tests/matrix/kinds.py DATA): an int, a float, nesting, a null.
+DATA = {"key": "value", "count": 42, "ratio": 0.5, "nested": {"ok": True, "none": None}}
 
 
 def _args() -> argparse.Namespace:
@@ -229,22 +241,29 @@ class ScriptAgent:
             await conn.session_update(
                 sid, acp.update_tool_call("t1", status="completed", content=[acp.tool_content(text_block("# readme"))], raw_output={"ok": True})
             )
-        elif name in ("ask", "askread"):
-            kind = "edit" if name == "ask" else "read"
-            await conn.session_update(sid, acp.start_tool_call("t2", f"{kind} notes.txt", kind=kind, status="pending"))
+        elif name in ("ask", "askread", "askfresh"):
+            kind = {"ask": "edit", "askread": "read", "askfresh": "execute"}[name]
+            tid = "t3" if name == "askfresh" else "t2"
+            if name != "askfresh":
+                await conn.session_update(sid, acp.start_tool_call("t2", f"{kind} notes.txt", kind=kind, status="pending"))
             options = [
                 PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
                 PermissionOption(option_id="always", name="Always allow", kind="allow_always"),
                 PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
             ]
-            answer = await conn.request_permission(
-                session_id=sid, tool_call=ToolCallUpdate(tool_call_id="t2", title=f"{kind} notes.txt", kind=kind), options=options
-            )
+            answer = await conn.request_permission(session_id=sid, tool_call=_asked_tool_call(tid, kind), options=options)
             outcome = answer.outcome
             chosen = getattr(outcome, "option_id", None) or "cancelled"
             await self.say(sid, f"permission={chosen}")
             if chosen == "cancelled":
                 return PromptResponse(stop_reason="cancelled")
+        elif name == "progress":
+            update = update_agent_thought_text("Working on it.")
+            update.field_meta = {"agentBridge": {"progress": True}}
+            await conn.session_update(sid, update)
+        elif name == "data":
+            resource = TextResourceContents(uri="data:application/json", mime_type="application/json", text=json.dumps(DATA))
+            await conn.session_update(sid, acp.update_agent_message(EmbeddedResourceContentBlock(type="resource", resource=resource)))
         elif name == "slow":
             for i in range(600):
                 if cancel.is_set():
@@ -337,6 +356,20 @@ class ScriptAgent:
         else:
             await self.say(sid, f"{name} ")
         return None
+
+
+def _asked_tool_call(tid: str, kind: str) -> ToolCallUpdate:
+    """The toolCall of a permission request, every field of ACP's ToolCallUpdate set."""
+    if tid == "t3":
+        return ToolCallUpdate(
+            tool_call_id=tid, title="Run make test", kind=kind, status="pending",
+            locations=[ToolCallLocation(path="Makefile", line=3)], raw_input={"command": "make test"},
+        )  # fmt: skip
+    return ToolCallUpdate(
+        tool_call_id=tid, title=f"{kind} notes.txt", kind=kind, status="pending",
+        locations=[ToolCallLocation(path="notes.txt", line=1)], raw_input={"path": "notes.txt", "text": "new"},
+        content=[FileEditToolCallContent(type="diff", path="notes.txt", old_text="old", new_text="new")],
+    )  # fmt: skip
 
 
 def main() -> None:

@@ -33,7 +33,14 @@ from typing import Any
 
 import acp
 from acp import RequestError, spawn_agent_process, text_block
-from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+from acp.schema import (
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
+    RequestPermissionResponse,
+)
 
 Scenario = Callable[["Editor"], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {}
@@ -311,6 +318,34 @@ async def close_and_list(ed: Editor) -> None:
             break
     ed.report["pages"] = pages
     await ed.call("bad_cursor", ed.conn.list_sessions(cursor="!!not-a-cursor!!"))
+
+
+@scenario
+async def fidelity(ed: Editor) -> None:
+    """Issue 15 on the ACP front: an editor that declares forms but answers
+    elicitation/create -32601 (this SDK without its unstable methods), picks permission
+    options by kind, lists and reloads its session."""
+    forms = ClientCapabilities(elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()))
+    await ed.call("initialize", ed.conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=forms))
+    sid = await ed.new()
+    ed.report["session_id"] = sid
+    await ed.call("two_blocks", ed.conn.prompt(session_id=sid, prompt=[text_block("hello"), text_block("second message")]))
+    await ed.prompt("kinds", sid, "progress: data: image: hello")
+
+    def by(pred: Callable[[Any], bool]) -> Any:
+        async def answer(ed: Editor, session_id: str, options: list[Any]) -> RequestPermissionResponse:
+            chosen = next(o for o in options if pred(o))
+            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id))
+
+        return answer
+
+    ed.on_permission = by(lambda o: o.kind == "reject_always")
+    await ed.prompt("never", sid, "ask: x")
+    ed.on_permission = by(lambda o: o.name == "Red")
+    await ed.prompt("choose", sid, "choose: hello")
+    await ed.prompt("choose_again", sid, "choose: again")
+    await ed.call("list", ed.conn.list_sessions(cwd=ed.cwd))
+    await ed.call("load", ed.conn.load_session(cwd=ed.cwd, session_id=sid, mcp_servers=[]))
 
 
 async def main() -> int:

@@ -45,6 +45,7 @@ from bridge.backs.acp.setup import (
 from bridge.backs.base import AgentInfo, SessionContext, TaskSpawner, TurnHandle
 from bridge.codecs import safejson
 from bridge.codecs.acp import to_turn
+from bridge.codecs.acp_content import wire_blocks
 from bridge.codecs.jsonrpc import decode_params
 from bridge.backs.acp.config import AcpBackConfig
 from bridge.config import Route
@@ -185,7 +186,7 @@ class AcpSession:
             self.turn = None  # anything after the response belongs to no turn
 
         try:
-            reply = await proc.call("session/prompt", acp.PromptParams(session_id=sid, prompt=turn.prompt), on_settle=settled)
+            reply = await proc.call("session/prompt", acp.PromptParams(session_id=sid, prompt=wire_blocks(turn.prompt)), on_settle=settled)
         except BackUnavailable:
             raise BackError(f"route {self.back.name}: the agent {proc.dead or 'stopped'} during the turn") from None
         finally:

@@ -23,6 +23,7 @@ from bridge.backs.acp.local import LocalFiles, LocalTerminals
 from bridge.backs.acp.setup import CANCELLED, pick, selected
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import safejson
+from bridge.codecs.acp import permission_tool_call
 from bridge.backs.acp.config import AcpBackConfig
 from bridge.core import events as ev
 from bridge.errors import MethodNotFound
@@ -73,11 +74,14 @@ async def answer_permission(session: AgentRequestHost, p: acp.RequestPermissionP
         log.warning("%s: permission asked outside a turn; rejected", where)
         chosen = pick(p.options, ("reject_once", "reject_always"))
         return selected(chosen) if chosen is not None else CANCELLED
-    if tc.tool_call_id not in session.tool_calls:
-        # Fronts show a question about a tool call they know: announce it first.
-        session.tool_calls[tc.tool_call_id] = kind
-        turn.emit(ev.ToolCallStarted(tool_call_id=tc.tool_call_id, title=tc.title or "Tool call", kind=kind,
-                                     status="pending", raw_input=tc.raw_input))  # fmt: skip
+    # Every field the agent gave its tool call (ACP schema, `RequestPermissionRequest.toolCall`)
+    # reaches every front: a tool call it had not announced is announced with them (fronts
+    # show a question about a tool call they know), a known one is updated with them.
+    announced = tc.tool_call_id in session.tool_calls
+    session.tool_calls[tc.tool_call_id] = kind
+    event = permission_tool_call(tc, announced=announced)
+    if event is not None:
+        turn.emit(event)
     session.questions += 1
     question = ev.Question(
         id=f"{tc.tool_call_id}#{session.questions}",

@@ -27,6 +27,7 @@ import trio
 
 from bridge import __version__
 from bridge.codecs import acp as codec
+from bridge.codecs.acp_content import block_in
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, error_response
 from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
@@ -38,6 +39,9 @@ from bridge.core.events import (
     QuestionAnswered,
     QuestionAsked,
     StopReason,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnEnded,
 )
 from bridge.errors import (
     AuthRequired,
@@ -363,7 +367,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
-        turn = session.start_turn(p.prompt)
+        turn = session.start_turn([block_in(b) for b in p.prompt])
         self.prompts[call.id] = session
         assert self._nursery is not None
         self._nursery.start_soon(self._answer_prompt, call.id, turn)
@@ -400,11 +404,15 @@ class AcpConnection:
                     put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one)))
             else:
                 put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=update)))
+            if type(event) in _TOOL_CALL_EVENTS:
+                self.questions.seen(session.id, event)
             return
         if isinstance(event, QuestionAsked) and self._nursery is not None:
             self._nursery.start_soon(self.questions.ask, session, event.question)
         elif isinstance(event, QuestionAnswered):
             self.questions.answered(session, event)
+        elif isinstance(event, TurnEnded):
+            self.questions.seen(session.id, event)
 
 
 class _TurnFailed(BridgeError):
@@ -412,5 +420,6 @@ class _TurnFailed(BridgeError):
     `session/prompt`: an error response ends the turn; its StopReason has no "failed")."""
 
 
+_TOOL_CALL_EVENTS = (ToolCallStarted, ToolCallUpdated)
 _EOF_FLUSH_S = 2.0  # after the editor closes stdin, how long queued answers may take to go out
 

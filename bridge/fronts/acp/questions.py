@@ -5,8 +5,12 @@ A canonical `Question` (bridge/core/events.py) goes to the editor as
 choice, or as `elicitation/create` (ACP schema, `elicitation/create`: a form in the JSON
 Schema subset of MCP 2025-11-25, Elicitation) when it is a form, or a choice with
 several answers or free text and the editor declared form elicitation in `initialize`
-(ACP schema, `ClientCapabilities`). The editor's answer goes back to the session; no
-answer in time, an error, or an answer that does not decode is a cancelled question.
+(ACP schema, `ClientCapabilities`). An editor that answers `elicitation/create` with
+an error is asked as an editor without forms is (a choice as a permission request, a
+form left to the back: answered `by="front"`), and the error logged. A permission
+request names the tool call the question is about with everything the editor was told
+of it (`seen`). The editor's answer goes back to the session; no answer in time, an
+error, or an answer that does not decode is a cancelled question.
 A question answered elsewhere (another client, a timeout, a cancel) withdraws our
 request (`$/cancel_request`, through the connection's JSON-RPC peer). Each question is
 asked by a task of its own in the connection's nursery, inside its own boundary
@@ -24,8 +28,8 @@ import msgspec
 from bridge.codecs import acp as codec
 from bridge.codecs.jsonrpc import decode_params
 from bridge.codecs.jsonrpc_peer import RequestError, RequestResult
-from bridge.core.events import Question, QuestionAnswered
-from bridge.errors import InvalidParams, NotFound, PeerError
+from bridge.core.events import Event, Question, QuestionAnswered, TurnEnded
+from bridge.errors import CODES, InvalidParams, MethodNotFound, NotFound, PeerError
 from bridge.fronts.acp.editor import EditorServices
 from bridge.schema import acp
 from bridge.session import Session
@@ -42,11 +46,13 @@ class EditorQuestions:
     there the capabilities the editor declared in `initialize`.
     """
 
-    __slots__ = ("services", "_asked")
+    __slots__ = ("services", "elicitation_refused", "_asked", "_tool_calls")
 
     def __init__(self, services: EditorServices) -> None:
         self.services = services
+        self.elicitation_refused = False  # the editor answered elicitation/create -32601
         self._asked: dict[str, Any] = {}  # question id → our request id
+        self._tool_calls: dict[str, dict[str, acp.ToolCallFields]] = {}  # session id → tool call id → fields
 
     async def ask(self, session: Session, question: Question) -> None:
         """Ask the editor `question` and answer it in `session` (a task per question)."""
@@ -61,17 +67,35 @@ class EditorQuestions:
 
     async def _ask(self, session: Session, question: Question) -> None:
         caps = self.services.caps
-        elicit = caps.elicitation is not None and caps.elicitation.form is not None
+        elicit = caps.elicitation is not None and caps.elicitation.form is not None and not self.elicitation_refused
         if question.kind == "form" or (question.kind == "choice" and elicit and (question.multi_select or question.allow_text)):
-            if not elicit:
+            if elicit:
+                params: Any = codec.elicitation_request(session.id, _with_schema(question))
+                outcome = await self._request("elicitation/create", params, question_id=question.id)
+                if type(outcome) is not RequestError:
+                    self._settle(session, question, outcome, acp.ElicitationResult)
+                    return
+                # An editor that declared forms but fails this one (ACP schema,
+                # `elicitation/create` is still unstable; some clients answer -32601):
+                # the question is asked as it is of an editor without forms.
+                log.warning("editor answered elicitation/create with an error (%s: %s); asking it without a form",
+                            outcome.error.code, outcome.error.message)  # fmt: skip
+                if outcome.error.code == CODES[MethodNotFound].jsonrpc:
+                    self.elicitation_refused = True  # and the next questions go there at once
+                turn = session.turn
+                if turn is None or turn.open_question(question.id) is None:
+                    return  # answered meanwhile (another client, a timeout, a cancel)
+            if question.kind == "form":
                 _answer(session, question.id, cancelled=True, by="front")  # nobody can see it here
                 return
-            params: Any = codec.elicitation_request(session.id, _with_schema(question))
-            method, result_type = "elicitation/create", acp.ElicitationResult
-        else:
-            params = codec.permission_request(session.id, question)
-            method, result_type = "session/request_permission", acp.RequestPermissionResult
-        outcome = await self._request(method, params, question_id=question.id)
+        tool_call = self._tool_calls.get(session.id, {}).get(question.tool_call_id or "")
+        params = codec.permission_request(session.id, question, tool_call)
+        outcome = await self._request("session/request_permission", params, question_id=question.id)
+        self._settle(session, question, outcome, acp.RequestPermissionResult)
+
+    def _settle(self, session: Session, question: Question, outcome: Any, result_type: type) -> None:
+        """Answer `question` in `session` from the editor's `outcome` of our request."""
+        method = "elicitation/create" if result_type is acp.ElicitationResult else "session/request_permission"
         if type(outcome) is not RequestResult or outcome.result is None:
             if type(outcome) is RequestError:
                 log.warning("editor answered %s with an error: %s", method, outcome.error.message)
@@ -93,6 +117,14 @@ class EditorQuestions:
                 _answer(session, question.id, **_from_form(question, result.content or {}))
             else:
                 _answer(session, question.id, cancelled=True)
+
+    def seen(self, session_id: str, event: Event) -> None:
+        """Keep what the editor was told of each tool call of the running turn, so a
+        permission request about one carries all of it; forget them when the turn ends."""
+        if type(event) is TurnEnded:
+            self._tool_calls.pop(session_id, None)
+        else:
+            codec.track_tool_call(self._tool_calls.setdefault(session_id, {}), event)  # type: ignore[arg-type]
 
     def answered(self, session: Session, event: QuestionAnswered) -> None:
         """`event` answered a question: withdraw our request for it, if one is out."""
