@@ -1,7 +1,11 @@
 """A2A ↔ canonical translation, sans-I/O (a2a.proto ↔ ACP schema).
 
 - Content: `blocks_from_parts` / `parts_from_blocks` map a2a.proto `Part` ↔ ACP `ContentBlock` (text,
-  raw, url and data parts ↔ ACP/MCP content blocks).
+  raw and url parts ↔ ACP/MCP content blocks; a data part ↔ `DataContent`, its value kept
+  as a value). a2a.proto's `Part.data` is a `google.protobuf.Value`, whose numbers are
+  doubles: ProtoJSON writers (a2a-sdk's `MessageToDict`) print 42 as `42.0`. JSON has one
+  number type (RFC 8259 §6), so `json_value` reads an integral double as the integer it
+  is, and 42 stays 42 across a hop.
 - `bridge.codecs.a2a_tracker.TaskTracker` turns what an agent says about one task
   into canonical events, with the helpers here.
 - Questions (ACP `session/request_permission`; a2a.proto `TASK_STATE_INPUT_REQUIRED`): an INPUT_REQUIRED status message becomes a canonical
@@ -35,6 +39,7 @@ from bridge.codecs.numbers import small_int
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
+    DataContent,
     EmbeddedResource,
     ImageContent,
     ResourceContents,
@@ -53,6 +58,7 @@ __all__ = [
     "auth_url",
     "block_from_part",
     "blocks_from_parts",
+    "json_value",
     "message_text",
     "parts_from_blocks",
     "question_for",
@@ -106,9 +112,24 @@ def block_from_part(p: s.Part) -> ContentBlock:
             size=size if isinstance(size, int) else None,
         )
     if p.data is not UNSET:
-        # Structured data has no ACP block: JSON text, marked so a front can tell (a2a.proto `Part` ↔ ACP `ContentBlock`).
-        return TextContent(text=_json.encode(p.data).decode(), meta={META_KEY: {"mediaType": "application/json"}})
+        return DataContent(data=json_value(p.data), mime_type=p.media_type)
     return TextContent(text="")
+
+
+_EXACT = 2**53  # every integer up to this is exact in a double (IEEE 754 binary64)
+
+
+def json_value(value: Any) -> Any:
+    """A peer's JSON value with each integral double (`42.0`, how ProtoJSON prints a
+    `google.protobuf.Value` number) made the integer it stands for; depth is bounded by
+    the decoder (bridge/codecs/safejson.py)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and -_EXACT <= value <= _EXACT else value
+    if isinstance(value, dict):
+        return {k: json_value(x) for k, x in value.items()}
+    if isinstance(value, list):
+        return [json_value(x) for x in value]
+    return value
 
 
 def blocks_from_parts(parts: list[s.Part]) -> list[ContentBlock]:
@@ -120,6 +141,8 @@ def parts_from_blocks(blocks: list[ContentBlock]) -> list[s.Part]:
     for b in blocks:
         if isinstance(b, TextContent):
             out.append(s.Part(text=b.text))
+        elif isinstance(b, DataContent):
+            out.append(s.Part(data=b.data, media_type=b.mime_type))
         elif isinstance(b, (ImageContent, AudioContent)):
             out.append(s.Part(raw=b.data, media_type=b.mime_type))
         elif isinstance(b, ResourceLink):

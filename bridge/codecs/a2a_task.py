@@ -14,6 +14,13 @@ Mapping:
   name (seed 004). `ArtifactUpdated` (an A2A back) keeps its own id, name, chunking.
 - Thoughts, tool calls, plans and whatever a sub-agent says → WORKING status
   updates whose message is tagged `metadata.agentBridge.kind`; never artifacts.
+  Progress (`ProgressReported`: status text about the work) → a WORKING status update
+  whose message holds its content (a2a.proto `TaskStatus.message`, role agent), kept
+  as the task's status message while it works (GetTask shows it).
+- History (a2a.proto `Task.history`): the client's messages as it sent them (parts,
+  messageId, metadata, extensions: `sent`, by turn id for a prompt and question id for
+  an answer; rebuilt from the canonical events when not kept), the agent's questions
+  (the INPUT_REQUIRED status messages) and its status messages, in order.
 - A question → INPUT_REQUIRED; the status message is the question text and a data
   part `{"questionId", "kind", "options": [{"id", "label", "kind"?, "description"?}],
   "multiSelect", "allowText", "header"?, "schema"?}`: the shape the A2A back reads
@@ -39,6 +46,7 @@ from bridge.core.events import (
     Event,
     MessageChunk,
     PlanUpdated,
+    ProgressReported,
     Question,
     QuestionAnswered,
     QuestionAsked,
@@ -119,7 +127,7 @@ class _Artifact:
 class _Entry:
     """A history message: text runs (coalesced chunks) and other parts."""
 
-    __slots__ = ("message_id", "role", "texts", "parts", "metadata", "refs")
+    __slots__ = ("message_id", "role", "texts", "parts", "metadata", "refs", "extensions")
 
     def __init__(self, message_id: str, role: str, metadata: dict[str, Any] | None = None) -> None:
         self.message_id = message_id
@@ -128,6 +136,14 @@ class _Entry:
         self.parts: list[s.Part] = []
         self.metadata = metadata
         self.refs: list[str] | None = None
+        self.extensions: list[str] | None = None
+
+    @classmethod
+    def sent(cls, msg: s.Message) -> _Entry:
+        """The client's message as it sent it."""
+        entry = cls(msg.message_id, s.ROLE_USER, msg.metadata)
+        entry.parts, entry.refs, entry.extensions = list(msg.parts), msg.reference_task_ids, msg.extensions
+        return entry
 
 
 def _tag(kind: str, **more: Any) -> dict[str, Any]:
@@ -139,7 +155,7 @@ class TaskProjector:
 
     def __init__(
         self, task_id: str, context_id: str, *, message_ids: dict[str, str] | None = None, refs: list[str] | None = None,
-        quoted: int = 0,
+        quoted: int = 0, sent: dict[str, s.Message] | None = None,
     ) -> None:  # fmt: skip
         self.task_id = task_id
         self.context_id = context_id
@@ -151,6 +167,8 @@ class TaskProjector:
         self.questions: dict[str, Question] = {}  # open, oldest first
         # Client message ids, by turn id (a prompt) or question id (an answer).
         self.message_ids = message_ids if message_ids is not None else {}
+        # The client's messages as sent, by turn id (a prompt) or question id (an answer).
+        self.sent = sent if sent is not None else {}
         # The first message's referenceTaskIds, and how many blocks quoting them the
         # bridge put before its prompt (for the agent, not the history).
         self.refs = refs
@@ -188,16 +206,22 @@ class TaskProjector:
         )
 
     # -- writing -----------------------------------------------------------------------
-    def begin(self, turn_id: str, prompt: list[ContentBlock], ts: float) -> None:
+    def begin(self, turn_id: str, prompt: list[ContentBlock], ts: float, *, message_id: str | None = None,
+              meta: dict[str, Any] | None = None) -> None:  # fmt: skip
         """A turn of this task starts with this prompt (the user message goes into history)."""
         if turn_id in self.turns:
             return
         self.turns.append(turn_id)
-        mid = self.message_ids.get(turn_id) or f"{turn_id}-user"
-        entry = self._history[f"u:{turn_id}"] = _Entry(mid, s.ROLE_USER)
         first = turn_id == self.task_id
-        entry.parts = parts_from_blocks(prompt[self.quoted :] if first else prompt)
-        entry.refs = self.refs if first else None
+        sent = self.sent.get(turn_id)
+        if sent is not None:
+            self._history[f"u:{turn_id}"] = _Entry.sent(sent)
+        else:
+            mid = self.message_ids.get(turn_id) or message_id or f"{turn_id}-user"
+            entry = self._history[f"u:{turn_id}"] = _Entry(mid, s.ROLE_USER, (meta or {}).get("metadata"))
+            entry.parts = parts_from_blocks(prompt[self.quoted :] if first else prompt)
+            entry.refs = self.refs if first else None
+            entry.extensions = (meta or {}).get("extensions")
         if not self.timestamp:
             self.timestamp = ts
 
@@ -208,8 +232,10 @@ class TaskProjector:
             return self._reply_chunk(event)
         if isinstance(event, ArtifactUpdated):
             return self._artifact_event(event)
+        if isinstance(event, ProgressReported):
+            return [self._set(_S.WORKING, self._progress(event), ts, keep=True)]
         if isinstance(event, TurnStarted):
-            self.begin(event.turn_id, event.prompt, ts)
+            self.begin(event.turn_id, event.prompt, ts, message_id=event.message_id, meta=event.meta)
             self.current_turn = event.turn_id
             self._status_meta = None
             return [self._set(_S.WORKING, None, ts)]
@@ -222,7 +248,7 @@ class TaskProjector:
             self.questions[q.id] = q
             if len(self.questions) > 1:
                 return []  # the client answers the oldest first; this one is asked next
-            return [self._set(_S.INPUT_REQUIRED, self._question_message(q), ts)]
+            return [self._set(_S.INPUT_REQUIRED, self._asked(q), ts)]
         if isinstance(event, QuestionAnswered):
             return self._answered(event, ts)
         if isinstance(event, TurnEnded):
@@ -239,11 +265,12 @@ class TaskProjector:
     def _status(self) -> s.TaskStatus:
         return s.TaskStatus(state=self.state, message=self.status_message, timestamp=iso_time(self.timestamp) if self.timestamp else None)
 
-    def _set(self, state: str, message: s.Message | None, ts: float) -> s.StreamResponse:
-        """A status update; the status message is kept only while the task waits on it or failed."""
+    def _set(self, state: str, message: s.Message | None, ts: float, *, keep: bool = False) -> s.StreamResponse:
+        """A status update; the status message is kept while the task waits on it, failed,
+        or (`keep`) says how the work goes."""
         self.state = state
         self.timestamp = ts
-        self.status_message = message if state in (_S.INPUT_REQUIRED, _S.AUTH_REQUIRED, _S.FAILED) else None
+        self.status_message = message if keep or state in (_S.INPUT_REQUIRED, _S.AUTH_REQUIRED, _S.FAILED) else None
         status = s.TaskStatus(state=state, message=message, timestamp=iso_time(ts))
         update = s.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status, metadata=self._status_meta)
         return s.StreamResponse(status_update=update)
@@ -257,6 +284,7 @@ class TaskProjector:
             context_id=self.context_id,
             task_id=self.task_id,
             metadata=e.metadata,
+            extensions=e.extensions or None,
             reference_task_ids=e.refs or None,
         )
 
@@ -316,6 +344,21 @@ class TaskProjector:
             entry.parts.append(part)
         return [self._set(_S.WORKING, self._agent_message(mid, [part], meta), ts)]
 
+    def _progress(self, event: ProgressReported) -> s.Message:
+        mid = event.message_id or f"{self.current_turn or self.task_id}-progress-{len(self._history)}"
+        meta = _tag("progress")
+        entry = self._history.setdefault(f"progress:{mid}", _Entry(mid, s.ROLE_AGENT, meta))
+        parts = parts_from_blocks(event.content) or [s.Part(text="")]
+        entry.parts = entry.parts + parts
+        return self._agent_message(mid, parts, meta)
+
+    def _asked(self, q: Question) -> s.Message:
+        """The question's status message, kept in history where it was asked."""
+        message = self._question_message(q)
+        entry = self._history.setdefault(f"q:{q.id}", _Entry(message.message_id, s.ROLE_AGENT, message.metadata))
+        entry.parts = message.parts
+        return message
+
     def _tool(self, event: ToolCallStarted | ToolCallUpdated) -> s.Message:
         info = self._tools.setdefault(event.tool_call_id, {"id": event.tool_call_id})
         for field in ("title", "kind", "status"):
@@ -373,7 +416,10 @@ class TaskProjector:
         question = self.questions.pop(event.question_id, None)
         if question is None:
             return []
-        if event.by == "user" and not event.cancelled:
+        sent = self.sent.get(event.question_id)
+        if sent is not None and event.by == "user" and not event.cancelled:
+            self._history[f"a:{event.question_id}"] = _Entry.sent(sent)
+        elif event.by == "user" and not event.cancelled:
             labels = [o.label for o in question.options if o.id in event.selected]
             text = ", ".join(labels + ([event.text] if event.text else []))
             mid = self.message_ids.get(event.question_id) or f"{event.question_id}-answer"
@@ -388,7 +434,7 @@ class TaskProjector:
             return []
         nxt = self.open_question
         if nxt is not None:
-            return [self._set(_S.INPUT_REQUIRED, self._question_message(nxt), ts)]
+            return [self._set(_S.INPUT_REQUIRED, self._asked(nxt), ts)]
         return [self._set(_S.WORKING, None, ts)]
 
     def _ended(self, event: TurnEnded, ts: float) -> list[s.StreamResponse]:
@@ -409,5 +455,6 @@ class TaskProjector:
             message = self._agent_message(f"{event.turn_id}-error", [s.Part(text=event.error.message)], _tag("error"))
         elif state == _S.INPUT_REQUIRED:
             message = self._agent_message(f"{event.turn_id}-input", [s.Part(text="The agent needs more input.")], _tag("question"))
+            self._history.setdefault(f"q:{event.turn_id}-input", _Entry(message.message_id, s.ROLE_AGENT, message.metadata)).parts = message.parts
         out.append(self._set(state, message, ts))
         return out

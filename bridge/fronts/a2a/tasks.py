@@ -107,19 +107,21 @@ class TaskService:
         refs = list(msg.reference_task_ids or ())
         quoted = await self._quote_references(route, context_id, session.id, refs) if refs else []
         content = quoted + content
+        mid, meta = msg.message_id, _client_meta(msg)
         try:
-            turn = session.start_turn(content)
+            turn = session.start_turn(content, message_id=mid, meta=meta)
         except Busy:  # taken meanwhile by another request of the same context
             session = await self._side_session(route, context_id)
-            turn = session.start_turn(content)
+            turn = session.start_turn(content, message_id=mid, meta=meta)
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
         task = session.front_state(A2AContext).task(turn.turn_id)
         task.mids = {turn.turn_id: msg.message_id}
+        task.keep_sent(turn.turn_id, msg)
         task.refs = refs
         task.quoted = len(quoted)
-        projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted))
+        projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted), sent=task.sent)
         self._with_push(session, turn.turn_id, push, dialect)
         return self._run(session, projector, turn, content)
 
@@ -133,7 +135,7 @@ class TaskService:
         live = LiveTask(session, projector, turn, on_state=self._state_changed, on_end=self._ended)
         self.live[projector.task_id] = live
         self._idle.pop(session.id, None)
-        live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content))
+        live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=turn.message_id, meta=turn.message_meta))
         return live
 
     async def _continue(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
@@ -151,6 +153,7 @@ class TaskService:
             except ValueError as exc:
                 raise InvalidParams(str(exc)) from exc
             live.projector.message_ids[question.id] = msg.message_id
+            _keep_sent(live.session, live.projector, question.id, msg)
             self._with_push(live.session, task_id, push, dialect)
             live.session.answer(question.id, selected=selected, text=text, values=values)
             return live
@@ -163,13 +166,15 @@ class TaskService:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, not waiting for input")
         session = await self.manager.get(session_id)
         content = blocks_of_message(msg)
-        turn = session.start_turn(content)
+        turn = session.start_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
         state = session.front_state(A2AContext)
         task = state.task(task_id)
         task.turns.append(turn.turn_id)
         if not task.mids:
             task.mids = projector.message_ids
         task.mids[turn.turn_id] = msg.message_id
+        projector.message_ids[turn.turn_id] = msg.message_id
+        _keep_sent(session, projector, turn.turn_id, msg)
         state.cont[turn.turn_id] = task_id
         if state.held == task_id:
             state.held = None
@@ -347,6 +352,22 @@ def _holds_a_task(session: Session) -> bool:
     """An interrupted task waits in this session for the client's next message."""
     state = session.find_front_state(A2AContext)
     return state is not None and bool(state.held)
+
+
+def _keep_sent(session: Session, projector: TaskProjector, key: str, msg: s.Message) -> None:
+    """The client's message as sent, for the task's history: stored with the session and
+    known to the projector (which may hold a copy read back from the store)."""
+    task = session.front_state(A2AContext).task(projector.task_id)
+    task.keep_sent(key, msg)
+    if key in task.sent:
+        projector.sent[key] = msg
+
+
+def _client_meta(msg: s.Message) -> dict[str, Any] | None:
+    """The client's own `metadata` and `extensions` of its message (a2a.proto `Message`), as
+    `TurnStarted.meta`: a back that speaks A2A sends them on (bridge/codecs/a2a.py `user_message`)."""
+    meta = {k: v for k, v in (("metadata", msg.metadata), ("extensions", msg.extensions)) if v}
+    return meta or None
 
 
 def _accepts(modes: list[str]) -> bool:
