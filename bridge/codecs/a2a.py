@@ -166,13 +166,23 @@ def user_message(
     task_id: str | None = None,
     in_reply_to: str | None = None,
     extra_parts: list[s.Part] | None = None,
+    client: dict[str, Any] | None = None,
 ) -> s.Message:
-    """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`)."""
+    """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`).
+
+    `client` is the client's own `{"metadata": {...}, "extensions": [...]}` when it spoke
+    A2A too (`TurnStarted.meta`): passed on as sent, our `agentBridge` key beside its keys."""
     parts = parts_from_blocks(blocks) + (extra_parts or [])
-    meta = {META_KEY: {"inReplyTo": in_reply_to}} if in_reply_to else None
+    given = (client or {}).get("metadata")
+    meta: dict[str, Any] | None = dict(given) if isinstance(given, dict) else None
+    if in_reply_to:
+        meta = {**(meta or {}), META_KEY: {"inReplyTo": in_reply_to}}
+    ext = (client or {}).get("extensions")
+    extensions = [x for x in ext if isinstance(x, str)] if isinstance(ext, list) else None
     return s.Message(
-        message_id=message_id, role=s.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id, metadata=meta
-    )
+        message_id=message_id, role=s.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id, metadata=meta,
+        extensions=extensions or None,
+    )  # fmt: skip
 
 
 def message_text(msg: s.Message | None) -> str:
