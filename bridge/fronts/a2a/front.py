@@ -242,6 +242,7 @@ class A2AFront:
                 out = wire.rpc_error(rid, fault)
             except A2AFault as fault:
                 log.warning("A2A %s %s: %s", name, fault.name, fault.message)
+                rid = fault.request_id if rid is None else rid
                 if isinstance(fault, _WrongContentType):
                     await send_bytes(send, 415, wire.rpc_error(rid, fault))
                     return
