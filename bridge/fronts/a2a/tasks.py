@@ -42,7 +42,7 @@ from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
 from bridge.fronts.a2a.read import list_tasks, replay
 from bridge.fronts.a2a.state import A2AContext
-from bridge.fronts.a2a.stream import LiveTask
+from bridge.fronts.a2a.stream import LiveTask, SseStream
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 
@@ -60,6 +60,8 @@ class TaskService:
         self.cfg = cfg
         self.manager = manager
         self.live: dict[str, LiveTask] = {}
+        # SubscribeToTask streams of interrupted tasks whose turn is over, until a message continues them.
+        self._waiting: dict[str, list[SseStream]] = {}
         self._recent: OrderedDict[str, tuple[str, str, TaskProjector]] = OrderedDict()  # task → (route, session id, projector)
         # Our sessions with nothing running, longest idle first → since when.
         self._idle: OrderedDict[str, float] = OrderedDict()
@@ -133,6 +135,9 @@ class TaskService:
 
     def _run(self, session: Session, projector: TaskProjector, turn: Any, content: list[ContentBlock]) -> LiveTask:
         live = LiveTask(session, projector, turn, on_state=self._state_changed, on_end=self._ended)
+        live.handoff = lambda stream: self.wait_for_next(projector.task_id, stream)
+        for stream in self._waiting.pop(projector.task_id, []):
+            live.follow(stream)
         self.live[projector.task_id] = live
         self._idle.pop(session.id, None)
         live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=turn.message_id, meta=turn.message_meta))
@@ -183,6 +188,20 @@ class TaskService:
         live = self._run(session, projector, turn, content)
         await session.save_record()  # the continuation is findable after a crash
         return live
+
+    def wait_for_next(self, task_id: str, stream: SseStream) -> None:
+        """A subscriber of an interrupted task whose turn is over: it hears the turn that
+        continues the task (A2A spec §3, SubscribeToTask: open until a terminal state)."""
+        waiting = self._waiting.setdefault(task_id, [])
+        waiting.append(stream)
+
+        def gone(s: SseStream) -> None:
+            if s in waiting:
+                waiting.remove(s)
+            if not waiting and self._waiting.get(task_id) is waiting:
+                del self._waiting[task_id]
+
+        stream.on_close = gone
 
     @staticmethod
     def _check(route: str, task_route: str, context_id: str, asked: str | None, task_id: str) -> None:
@@ -341,6 +360,9 @@ class TaskService:
         self._went_idle(session)
         if self.push is not None:
             self.push.notify(session, projector, event)
+        for stream in self._waiting.pop(task_id, []):
+            stream.put(stream.encoder.frame(stream.encoder.payload(event)))
+            stream.close()
         return projector
 
     # -- listing ---------------------------------------------------------------------------------
