@@ -195,7 +195,9 @@ async def test_sdk_client_against_the_demo_back(bridge_exe: list[str], tmp_path:
         assert first["state"] == "TASK_STATE_INPUT_REQUIRED"
         parts = first["status_message"]["parts"]
         assert parts[0]["text"] == "Edit notes.txt?"
-        assert [o["id"] for o in parts[1]["data"]["options"]] == ["allow", "allow_always", "reject"]
+        assert [(o["id"], o["kind"]) for o in parts[1]["data"]["options"]] == [
+            ("allow", "allow_once"), ("allow_always", "allow_always"), ("reject", "reject_once"), ("reject_always", "reject_always")
+        ]  # fmt: skip
         assert second["task_id"] == first["task_id"] and second["state"] == "TASK_STATE_COMPLETED"
         assert second["text"].startswith(answer)
     choose = r["choose"]
@@ -582,6 +584,6 @@ async def test_one_bridge_fronts_another(bridge_exe: list[str], tmp_path: Path, 
     assert r["send"]["text"].endswith("You said: hello")
     first = r["ask"]["first"]
     assert first["state"] == "TASK_STATE_INPUT_REQUIRED"
-    assert [o["label"] for o in first["status_message"]["parts"][1]["data"]["options"]] == ["Allow", "Always allow", "Reject"]
+    assert [o["label"] for o in first["status_message"]["parts"][1]["data"]["options"]] == ["Allow", "Always allow", "Reject", "Never allow"]
     assert "Edited notes.txt." in r["ask"]["second"]["text"] and r["ask"]["second"]["state"] == "TASK_STATE_COMPLETED"
     assert "left notes.txt alone" in r["stream"]["second"]["text"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.core import events as ev
-from bridge.core.content import TextContent
+from bridge.core.content import DataContent, EmbeddedResource, ResourceContents, TextContent, data_text
 from bridge.schema import acp
 
 __all__ = [
@@ -79,13 +79,22 @@ def modes(options: list[ev.ConfigOption]) -> acp.SessionModeState | None:
     return None
 
 
+def _wire(block: Any) -> Any:
+    """A block ACP can carry: structured data has no ACP block of its own, so it goes as
+    an embedded JSON resource (ACP schema `EmbeddedResource`, uri `data:application/json`)."""
+    if type(block) is not DataContent:
+        return block
+    mt = block.mime_type if block.mime_type and block.mime_type.endswith("json") else "application/json"
+    return EmbeddedResource(resource=ResourceContents(uri="data:application/json", mime_type=mt, text=data_text(block)))
+
+
 def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | None:
     """The update for `event`; a list only for an artifact of several parts."""
     t = type(event)
     if t is ev.MessageChunk:
         e: Any = event
         cls = acp.AgentThoughtChunk if e.thought else acp.AgentMessageChunk
-        return cls(content=e.content, message_id=e.message_id, meta=None if e.parent_tool_call_id is None else _meta(e))
+        return cls(content=_wire(e.content), message_id=e.message_id, meta=None if e.parent_tool_call_id is None else _meta(e))
     if t is ev.ToolCallStarted:
         e = event
         return acp.ToolCall(
@@ -144,7 +153,7 @@ def from_turn(event: ev.Event) -> acp.SessionUpdate | list[acp.SessionUpdate] | 
         # part, the artifact id as the message id, its name in _meta.
         e = event
         meta = {META_KEY: {"artifactName": e.name}} if e.name else _meta(event)
-        chunks = [acp.AgentMessageChunk(content=part, message_id=e.artifact_id, meta=meta) for part in e.parts]
+        chunks = [acp.AgentMessageChunk(content=_wire(part), message_id=e.artifact_id, meta=meta) for part in e.parts]
         return chunks[0] if len(chunks) == 1 else chunks or None
     # TurnStarted (replayed by the ACP front itself), questions, turn end: no update.
     return None
