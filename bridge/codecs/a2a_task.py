@@ -35,11 +35,10 @@ Mapping:
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 from bridge.codecs.a2a import META_KEY, parts_from_blocks
+from bridge.codecs.a2a_task_parts import AUTH_ERROR_KIND, Artifact, Entry, final_state, iso_time, tag
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import (
     ArtifactUpdated,
@@ -50,7 +49,6 @@ from bridge.core.events import (
     Question,
     QuestionAnswered,
     QuestionAsked,
-    StopReason,
     ToolCallStarted,
     ToolCallUpdated,
     TurnEnded,
@@ -68,87 +66,8 @@ __all__ = [
 ]
 
 REPLY_ARTIFACT_NAME = "response"
-AUTH_ERROR_KIND = "BackAuthRequired"  # TurnError.kind of a back that needs the user to sign in
 STOP_STATES = s.TERMINAL_STATES | s.INTERRUPTED_STATES  # where a blocking call returns and streams end
 _S = s.TaskState
-
-
-_second: list[Any] = [None, ""]  # (whole second, its "YYYY-MM-DDTHH:MM:SS"): most stamps share one
-
-
-def iso_time(ts: float) -> str:
-    """ProtoJSON timestamp (RFC 3339, UTC, `Z`), to the millisecond."""
-    whole = math.floor(ts)
-    if _second[0] != whole:
-        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-    return f"{_second[1]}.{min(int((ts - whole) * 1000), 999):03d}Z"
-
-
-def final_state(stop: StopReason | str, error_kind: str | None = None) -> tuple[str, str | None]:
-    """(A2A state, the stop reason to note in metadata) for how a turn ended
-    (ACP schema `StopReason` → a2a.proto `TaskState`)."""
-    stop = StopReason(stop)
-    if stop is StopReason.END_TURN:
-        return _S.COMPLETED, None
-    if stop in (StopReason.MAX_TOKENS, StopReason.MAX_TURN_REQUESTS):
-        return _S.COMPLETED, stop.value  # no exact state: completed, and says why
-    if stop is StopReason.REFUSAL:
-        return _S.REJECTED, None
-    if stop is StopReason.CANCELLED:
-        return _S.CANCELED, None
-    if stop is StopReason.INPUT_REQUIRED:
-        return _S.INPUT_REQUIRED, None
-    return (_S.AUTH_REQUIRED if error_kind == AUTH_ERROR_KIND else _S.FAILED), None
-
-
-class _Artifact:
-    __slots__ = ("id", "name", "parts", "open")
-
-    def __init__(self, aid: str, name: str | None) -> None:
-        self.id = aid
-        self.name = name
-        self.parts: list[s.Part | list[str]] = []  # a list[str] is a run of plain text
-        self.open = True
-
-    def add(self, part: s.Part) -> None:
-        if part.text is not None and part.metadata is None and part.media_type is None:
-            if self.parts and isinstance(self.parts[-1], list):
-                self.parts[-1].append(part.text)
-            else:
-                self.parts.append([part.text])
-        else:
-            self.parts.append(part)
-
-    def build(self) -> s.Artifact:
-        parts = [s.Part(text="".join(p)) if isinstance(p, list) else p for p in self.parts]
-        return s.Artifact(artifact_id=self.id, name=self.name, parts=parts or [s.Part(text="")])
-
-
-class _Entry:
-    """A history message: text runs (coalesced chunks) and other parts."""
-
-    __slots__ = ("message_id", "role", "texts", "parts", "metadata", "refs", "extensions")
-
-    def __init__(self, message_id: str, role: str, metadata: dict[str, Any] | None = None) -> None:
-        self.message_id = message_id
-        self.role = role
-        self.texts: list[str] = []
-        self.parts: list[s.Part] = []
-        self.metadata = metadata
-        self.refs: list[str] | None = None
-        self.extensions: list[str] | None = None
-
-    @classmethod
-    def sent(cls, msg: s.Message) -> _Entry:
-        """The client's message as it sent it."""
-        entry = cls(msg.message_id, s.ROLE_USER, msg.metadata)
-        entry.parts, entry.refs, entry.extensions = list(msg.parts), msg.reference_task_ids, msg.extensions
-        return entry
-
-
-def _tag(kind: str, **more: Any) -> dict[str, Any]:
-    return {META_KEY: {"kind": kind, **{k: v for k, v in more.items() if v is not None}}}
-
 
 class TaskProjector:
     """One task as A2A sees it; `feed` every canonical event of its turns, in order."""
@@ -173,8 +92,8 @@ class TaskProjector:
         # bridge put before its prompt (for the agent, not the history).
         self.refs = refs
         self.quoted = quoted
-        self._history: dict[str, _Entry] = {}
-        self._artifacts: dict[str, _Artifact] = {}
+        self._history: dict[str, Entry] = {}
+        self._artifacts: dict[str, Artifact] = {}
         self._tools: dict[str, dict[str, Any]] = {}
         self._status_meta: dict[str, Any] | None = None
 
@@ -215,10 +134,10 @@ class TaskProjector:
         first = turn_id == self.task_id
         sent = self.sent.get(turn_id)
         if sent is not None:
-            self._history[f"u:{turn_id}"] = _Entry.sent(sent)
+            self._history[f"u:{turn_id}"] = Entry.sent(sent)
         else:
             mid = self.message_ids.get(turn_id) or message_id or f"{turn_id}-user"
-            entry = self._history[f"u:{turn_id}"] = _Entry(mid, s.ROLE_USER, (meta or {}).get("metadata"))
+            entry = self._history[f"u:{turn_id}"] = Entry(mid, s.ROLE_USER, (meta or {}).get("metadata"))
             entry.parts = parts_from_blocks(prompt[self.quoted :] if first else prompt)
             entry.refs = self.refs if first else None
             entry.extensions = (meta or {}).get("extensions")
@@ -275,7 +194,7 @@ class TaskProjector:
         update = s.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status, metadata=self._status_meta)
         return s.StreamResponse(status_update=update)
 
-    def _message(self, e: _Entry) -> s.Message:
+    def _message(self, e: Entry) -> s.Message:
         parts = ([s.Part(text="".join(e.texts))] if e.texts else []) + e.parts
         return s.Message(
             message_id=e.message_id,
@@ -298,7 +217,7 @@ class TaskProjector:
         art = self._artifacts.get(key)
         append = art is not None
         if art is None:
-            art = self._artifacts[key] = _Artifact(key, REPLY_ARTIFACT_NAME)
+            art = self._artifacts[key] = Artifact(key, REPLY_ARTIFACT_NAME)
         art.open = True
         c = event.content
         part = s.Part(text=c.text) if isinstance(c, TextContent) and c.meta is None else parts_from_blocks([c])[0]
@@ -312,7 +231,7 @@ class TaskProjector:
         art = self._artifacts.get(event.artifact_id)
         known = art is not None
         if art is None:
-            art = self._artifacts[event.artifact_id] = _Artifact(event.artifact_id, event.name)
+            art = self._artifacts[event.artifact_id] = Artifact(event.artifact_id, event.name)
         elif not event.append:
             art.parts = []  # a whole new version of the artifact
         if event.name:
@@ -331,10 +250,10 @@ class TaskProjector:
         kind = "thought" if event.thought else "subagent"
         mid = event.message_id or f"{self.current_turn or self.task_id}-{kind}"
         key = f"p:{mid}:{event.parent_tool_call_id or ''}:{kind}"
-        meta = _tag(kind, parentToolCallId=event.parent_tool_call_id)
+        meta = tag(kind, parentToolCallId=event.parent_tool_call_id)
         entry = self._history.get(key)
         if entry is None:
-            entry = self._history[key] = _Entry(mid, s.ROLE_AGENT, meta)
+            entry = self._history[key] = Entry(mid, s.ROLE_AGENT, meta)
         c = event.content
         if isinstance(c, TextContent):
             entry.texts.append(c.text)
@@ -346,8 +265,8 @@ class TaskProjector:
 
     def _progress(self, event: ProgressReported) -> s.Message:
         mid = event.message_id or f"{self.current_turn or self.task_id}-progress-{len(self._history)}"
-        meta = _tag("progress")
-        entry = self._history.setdefault(f"progress:{mid}", _Entry(mid, s.ROLE_AGENT, meta))
+        meta = tag("progress")
+        entry = self._history.setdefault(f"progress:{mid}", Entry(mid, s.ROLE_AGENT, meta))
         parts = parts_from_blocks(event.content) or [s.Part(text="")]
         entry.parts = entry.parts + parts
         return self._agent_message(mid, parts, meta)
@@ -355,7 +274,7 @@ class TaskProjector:
     def _asked(self, q: Question) -> s.Message:
         """The question's status message, kept in history where it was asked."""
         message = self._question_message(q)
-        entry = self._history.setdefault(f"q:{q.id}", _Entry(message.message_id, s.ROLE_AGENT, message.metadata))
+        entry = self._history.setdefault(f"q:{q.id}", Entry(message.message_id, s.ROLE_AGENT, message.metadata))
         entry.parts = message.parts
         return message
 
@@ -379,18 +298,18 @@ class TaskProjector:
             if diffs:
                 info["edits"] = diffs
         text = f"{info.get('title') or 'Tool call'} ({info.get('status', 'pending')})"
-        meta = _tag("tool_call", parentToolCallId=event.parent_tool_call_id)
+        meta = tag("tool_call", parentToolCallId=event.parent_tool_call_id)
         parts = [s.Part(text=text), s.Part(data={"toolCall": dict(info)})]
-        entry = self._history.setdefault(f"tool:{event.tool_call_id}", _Entry(f"tool-{event.tool_call_id}", s.ROLE_AGENT, meta))
+        entry = self._history.setdefault(f"tool:{event.tool_call_id}", Entry(f"tool-{event.tool_call_id}", s.ROLE_AGENT, meta))
         entry.parts = parts
         return self._agent_message(entry.message_id, parts, meta)
 
     def _plan(self, event: PlanUpdated) -> s.Message:
         entries = [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries]
         text = "\n".join(f"[{e.status}] {e.content}" for e in event.entries) or "(empty plan)"
-        meta = _tag("plan")
+        meta = tag("plan")
         parts = [s.Part(text=text), s.Part(data={"plan": entries})]
-        entry = self._history.setdefault(f"plan:{self.current_turn}", _Entry(f"{self.current_turn}-plan", s.ROLE_AGENT, meta))
+        entry = self._history.setdefault(f"plan:{self.current_turn}", Entry(f"{self.current_turn}-plan", s.ROLE_AGENT, meta))
         entry.parts = parts
         return self._agent_message(entry.message_id, parts, meta)
 
@@ -409,7 +328,7 @@ class TaskProjector:
             data["schema"] = q.schema
         if q.tool_call_id:
             data["toolCallId"] = q.tool_call_id
-        meta = _tag("question")
+        meta = tag("question")
         return self._agent_message(q.id, [s.Part(text=q.prompt), s.Part(data=data)], meta)
 
     def _answered(self, event: QuestionAnswered, ts: float) -> list[s.StreamResponse]:
@@ -418,12 +337,12 @@ class TaskProjector:
             return []
         sent = self.sent.get(event.question_id)
         if sent is not None and event.by == "user" and not event.cancelled:
-            self._history[f"a:{event.question_id}"] = _Entry.sent(sent)
+            self._history[f"a:{event.question_id}"] = Entry.sent(sent)
         elif event.by == "user" and not event.cancelled:
             labels = [o.label for o in question.options if o.id in event.selected]
             text = ", ".join(labels + ([event.text] if event.text else []))
             mid = self.message_ids.get(event.question_id) or f"{event.question_id}-answer"
-            entry = self._history[f"a:{event.question_id}"] = _Entry(mid, s.ROLE_USER)
+            entry = self._history[f"a:{event.question_id}"] = Entry(mid, s.ROLE_USER)
             data: dict[str, Any] = {"selected": list(event.selected)}
             if event.text is not None:
                 data["text"] = event.text
@@ -452,9 +371,9 @@ class TaskProjector:
         self._status_meta = {META_KEY: {"stopReason": noted}} if noted else None
         message = None
         if event.error is not None:
-            message = self._agent_message(f"{event.turn_id}-error", [s.Part(text=event.error.message)], _tag("error"))
+            message = self._agent_message(f"{event.turn_id}-error", [s.Part(text=event.error.message)], tag("error"))
         elif state == _S.INPUT_REQUIRED:
-            message = self._agent_message(f"{event.turn_id}-input", [s.Part(text="The agent needs more input.")], _tag("question"))
-            self._history.setdefault(f"q:{event.turn_id}-input", _Entry(message.message_id, s.ROLE_AGENT, message.metadata)).parts = message.parts
+            message = self._agent_message(f"{event.turn_id}-input", [s.Part(text="The agent needs more input.")], tag("question"))
+            self._history.setdefault(f"q:{event.turn_id}-input", Entry(message.message_id, s.ROLE_AGENT, message.metadata)).parts = message.parts
         out.append(self._set(state, message, ts))
         return out
