@@ -24,8 +24,8 @@ from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
 from bridge.codecs.a2a_dialect import Binding, Dialect, Interface
 from bridge.codecs.a2a_tracker import TaskTracker
 from bridge.codecs.sse import EventTooLarge, SSEDecoder, SSEEvent
-from bridge.core.content import AudioContent, EmbeddedResource, ImageContent, ResourceContents, ResourceLink, TextContent
-from bridge.core.events import ArtifactUpdated, MessageChunk, QuestionAnswered, StopReason
+from bridge.core.content import AudioContent, DataContent, EmbeddedResource, ImageContent, ResourceContents, ResourceLink, TextContent
+from bridge.core.events import ArtifactUpdated, MessageChunk, ProgressReported, QuestionAnswered, StopReason
 from bridge.schema import a2a as s
 from bridge.schema import a2a_v03 as v
 
@@ -57,7 +57,11 @@ def run_stream(w: Wire, name: str) -> tuple[TaskTracker, list[Any]]:
 
 
 def texts(events: list[Any]) -> list[str]:
-    return [e.content.text if isinstance(e, MessageChunk) else e.parts[0].text for e in events]
+    """The reply's text, and status text (ProgressReported) marked `progress:`."""
+    return [
+        e.content.text if isinstance(e, MessageChunk) else f"progress:{e.content[0].text}" if isinstance(e, ProgressReported) else e.parts[0].text
+        for e in events
+    ]
 
 
 # == SSE ===================================================================================
@@ -209,7 +213,8 @@ def test_the_other_calls_per_dialect_and_binding() -> None:
 
 def test_v10_jsonrpc_stream_to_canonical() -> None:
     t, out = run_stream(wire("1.0", "jsonrpc"), "stream_v10_jsonrpc_chunks.sse")
-    assert texts(out) == ["Working on chunks. ", "c0 ", "c1 ", "c2 ", "Done."]
+    # The WORKING status message is status text beside the reply, never part of it.
+    assert texts(out) == ["progress:Working on chunks. ", "c0 ", "c1 ", "c2 ", "Done."]
     arts = [e for e in out if isinstance(e, ArtifactUpdated)]
     assert [(a.artifact_id, a.append, a.last, a.name) for a in arts] == [
         ("stream", False, False, "answer"),
@@ -222,7 +227,7 @@ def test_v10_jsonrpc_stream_to_canonical() -> None:
 
 def test_v03_jsonrpc_stream_lifts_states_and_parts() -> None:
     t, out = run_stream(wire("0.3", "jsonrpc"), "stream_v03_jsonrpc_ask.sse")
-    assert texts(out) == ["Working on ask. "]  # the question is not chat
+    assert texts(out) == ["progress:Working on ask. "]  # the question is not chat
     assert t.state == s.TaskState.INPUT_REQUIRED and t.finished()
     assert t.status is not None and t.status.message is not None
     asked = codec.question_for(t.status, t.task_id or "")
@@ -241,8 +246,11 @@ def test_v10_rest_stream_files_map_to_blocks() -> None:
     assert blocks[0] == TextContent(text="Here are the files.")
     assert blocks[1] == ImageContent(data=PNG, mime_type="image/png")
     assert blocks[2] == ResourceLink(uri="https://example.com/report.pdf", name="report.pdf", mime_type="application/pdf")
-    assert isinstance(blocks[3], TextContent) and json.loads(blocks[3].text) == {"rows": 2, "ok": True}
-    assert blocks[3].meta == {"agentBridge": {"mediaType": "application/json"}}
+    # a2a-sdk prints the Struct number 2 as `2.0` (a protobuf Value holds doubles): it
+    # arrives as data, and as the integer it is.
+    assert b'"rows": 2.0' in golden("stream_v10_rest_files.sse")
+    assert blocks[3] == DataContent(data={"rows": 2, "ok": True})
+    assert type(blocks[3].data["rows"]) is int
     # the same task read later (GetTask) adds nothing: every piece already went out
     again = t.feed_task(wire("1.0", "rest").decode_task(golden("task_v10_rest_files.json")))
     assert again == []
@@ -250,7 +258,7 @@ def test_v10_rest_stream_files_map_to_blocks() -> None:
 
 def test_v03_rest_stream_lifts() -> None:
     t, out = run_stream(wire("0.3", "rest"), "stream_v03_rest_chunks.sse")
-    assert texts(out) == ["Working on chunks. ", "c0 ", "c1 ", "Done."]
+    assert texts(out) == ["progress:Working on chunks. ", "c0 ", "c1 ", "Done."]
     assert t.state == s.TaskState.COMPLETED
 
 
@@ -325,7 +333,7 @@ def test_snapshot_after_a_break_adds_only_what_was_missed() -> None:
     snap = _task(s.TaskState.WORKING, {"a": ["c0 ", "c1 ", "c2 ", "c3 "], "b": ["other"]}, history=[_msg("u", "hi", s.ROLE_USER), _msg("w1", "working"), _msg("w2", "missed")])
     got += t.feed_task(snap)
     got += t.feed(_art("a", "c4 ", append=True, last=True))
-    assert texts(got) == ["c0 ", "c1 ", "working", "missed", "c2 ", "c3 ", "other", "c4 "]
+    assert texts(got) == ["c0 ", "c1 ", "progress:working", "progress:missed", "c2 ", "c3 ", "other", "c4 "]
     assert t.feed_task(snap) == []  # idempotent
 
 
@@ -353,6 +361,22 @@ def test_stop_reasons() -> None:
 
 
 # == content ================================================================================
+
+
+def test_data_parts_are_data_both_ways_and_integers_stay_integers() -> None:
+    # What a2a-sdk writes for {"key": "value", "count": 42} (ProtoJSON of a protobuf Value).
+    sdk = b'{"data": {"key": "value", "count": 42.0, "ratio": 0.5, "big": 1e300, "list": [1.0, null, true]}, "mediaType": "application/json"}'
+    block = codec.block_from_part(msgspec.json.decode(sdk, type=s.Part))
+    assert block == DataContent(data={"key": "value", "count": 42, "ratio": 0.5, "big": 1e300, "list": [1, None, True]}, mime_type="application/json")
+    assert [type(x) for x in (block.data["count"], block.data["list"][0], block.data["big"])] == [int, int, float]
+    # and out again as a data part, 42 written as 42, in 1.0 and in 0.3 (an object there)
+    (part,) = codec.parts_from_blocks([DataContent(data={"key": "value", "count": 42})])
+    assert msgspec.json.encode(part) == b'{"data":{"key":"value","count":42}}'
+    from bridge.codecs.a2a_v03_message import lower_part_v03
+
+    assert msgspec.json.encode(lower_part_v03(part)) == b'{"kind":"data","data":{"key":"value","count":42}}'
+    (scalar,) = codec.parts_from_blocks([DataContent(data=[1, 2])])
+    assert msgspec.json.encode(lower_part_v03(scalar)) == b'{"kind":"data","data":{"value":[1,2]}}'
 
 
 def test_content_both_ways() -> None:

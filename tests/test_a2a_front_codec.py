@@ -34,11 +34,12 @@ from bridge.codecs.a2a_v03_client import lift_event_v03, lift_task_v03
 from bridge.codecs.a2a_v03_server import lower_event_rest_v03 as lower_event_rest
 from bridge.codecs.a2a_v03_server import lower_event_v03 as lower_event_rpc
 from bridge.codecs.a2a_v03_server import lower_task_v03 as lower_task_rpc
-from bridge.core.content import ImageContent, TextContent
+from bridge.core.content import DataContent, ImageContent, TextContent
 from bridge.core.events import (
     ArtifactUpdated,
     CommandInfo,
     MessageChunk,
+    ProgressReported,
     PlanEntry,
     PlanUpdated,
     Question,
@@ -160,11 +161,54 @@ def test_the_mapping_keeps_progress_out_of_artifacts() -> None:
     history = task.history or []
     assert history[0].message_id == "client-msg-1" and history[0].role == s.ROLE_USER
     tagged = [m.metadata[back_codec.META_KEY]["kind"] for m in history if m.metadata]
-    assert tagged == ["thought", "plan", "tool_call", "subagent"]
+    assert tagged == ["thought", "plan", "tool_call", "subagent", "question"]  # the question, where it was asked
     answer = next(m for m in history if m.message_id == "client-msg-2")
     assert answer.parts[1].data == {"selected": ["allow"]}
     assert [m.message_id for m in p.snapshot(history_length=1).history or []] == ["client-msg-2"]
     assert p.snapshot(history_length=0).history is None
+
+
+def test_progress_is_a_working_status_message_and_data_a_data_part() -> None:
+    p = TaskProjector("task-1", "ctx-1")
+    out: list[s.StreamResponse] = []
+    for i, e in enumerate([
+        TurnStarted(turn_id="task-1", prompt=[TextContent(text="go")]),
+        ProgressReported(content=[TextContent(text="working on it")], message_id="m1-p"),
+        MessageChunk(content=TextContent(text="Which colour?"), message_id="m1-a"),
+        MessageChunk(content=DataContent(data={"key": "value", "count": 42}), message_id="m1-a"),
+    ]):  # fmt: skip
+        out += p.feed(e, T0 + i)
+    update = out[1].status_update
+    assert update is not None and update.status.state == "TASK_STATE_WORKING"
+    assert update.status.message is not None and update.status.message.role == s.ROLE_AGENT
+    assert [x.text for x in update.status.message.parts] == ["working on it"]
+    # GetTask while working shows it as the status message; the answer is not glued to it
+    working = p.snapshot()
+    assert working.status.message is not None and working.status.message.parts[0].text == "working on it"
+    (art,) = working.artifacts or []
+    assert [(x.text, x.data) for x in art.parts] == [("Which colour?", msgspec.UNSET), (None, {"key": "value", "count": 42})]
+    assert b'{"data":{"key":"value","count":42}}' in _enc.encode(art)
+    assert _enc.encode(lower_event_rpc(out[-1])).count(b'{"kind":"data","data":{"key":"value","count":42}}') == 1
+
+
+def test_history_keeps_the_client_messages_as_sent() -> None:
+    prompt = s.Message(message_id="c-1", role=s.ROLE_USER, parts=[s.Part(text="hi", metadata={"lang": "en"})],
+                       metadata={"trace": "t-9"}, extensions=["https://example.com/ext/v1"])  # fmt: skip
+    answer = s.Message(message_id="c-2", role=s.ROLE_USER, parts=[s.Part(text="allow")], task_id="task-1")
+    p = TaskProjector("task-1", "ctx-1", sent={"task-1": prompt, "q1": answer})
+    for i, e in enumerate([
+        TurnStarted(turn_id="task-1", prompt=[TextContent(text="hi")]),
+        QuestionAsked(question=PERMISSION),
+        QuestionAnswered(question_id="q1", selected=["allow"]),
+        TurnEnded(turn_id="task-1", stop_reason=StopReason.END_TURN),
+    ]):  # fmt: skip
+        p.feed(e, T0 + i)
+    history = p.snapshot().history or []
+    assert [m.message_id for m in history] == ["c-1", "q1", "c-2"]
+    assert history[0].parts == prompt.parts and history[0].metadata == {"trace": "t-9"}
+    assert history[0].extensions == ["https://example.com/ext/v1"]
+    assert history[1].role == s.ROLE_AGENT and history[1].parts[0].text == "Edit notes.txt?"
+    assert history[2].parts == [s.Part(text="allow")]  # not [{"text": "Allow"}, {"data": {"selected": ...}}]
 
 
 def test_the_snapshot_is_the_same_live_and_replayed() -> None:

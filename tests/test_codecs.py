@@ -288,6 +288,23 @@ def test_wrong_member_types_are_invalid_requests(line: bytes) -> None:
 @pytest.mark.parametrize(
     ("line", "rid"),
     [
+        (b'{"jsonrpc":"2.0","id":1,"method":5}', 1),
+        (b'{"jsonrpc":2,"id":"abc","method":"m"}', "abc"),
+        (b'{"jsonrpc":"2.0","id":42}', 42),  # neither a method nor a result
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"m"}', None),  # an id of no valid type cannot be detected
+        (b'{"jsonrpc":"2.0","id":{},"method":"m"}', None),
+    ],
+)
+def test_an_invalid_request_is_answered_with_its_id_when_readable(line: bytes, rid: Any) -> None:
+    # JSON-RPC 2.0 §5: the id is null only when it cannot be detected.
+    exc = protocol_error(line)
+    assert isinstance(exc.error, InvalidRequest)
+    assert exc.id == rid
+
+
+@pytest.mark.parametrize(
+    ("line", "rid"),
+    [
         (b'{"jsonrpc":"1.0","id":3,"method":"m"}', 3),
         (b'{"jsonrpc":"2.1","id":"x","method":"m"}', "x"),
         (b'{"id":4,"method":"m"}', 4),  # missing

@@ -163,7 +163,8 @@ async def test_every_dialect_binding_and_mode(drive: Any, tmp_path: Path, dialec
 
     assert stop(r, "hello") == "end_turn"
     assert "You said: hello world" in texts(r, "hello", "answer")
-    assert "Working on hello. " in texts(r, "hello")  # the status message, as a chunk
+    # The WORKING status message is status text (ProgressReported), never glued into the reply.
+    assert "Working on hello. " not in texts(r, "hello", "answer") and texts(r, "hello", "answer") == ["You said: hello world"]
 
     assert stop(r, "chunks") == "end_turn"
     assert texts(r, "chunks", "stream") == ["c0 ", "c1 ", "c2 ", "c3 ", "c4 "]
@@ -192,13 +193,14 @@ async def test_every_dialect_binding_and_mode(drive: Any, tmp_path: Path, dialec
 
     assert stop(r, "files") == "end_turn"
     blocks = [c["content"] for c in step(r, "files")["chunks"] if c["messageId"] == "files"]
-    assert [b["type"] for b in blocks] == ["text", "image", "resource_link", "text"]
+    assert [b["type"] for b in blocks] == ["text", "image", "resource_link", "resource"]
     if not (dialect == "0.3" and binding == "http+json"):
         # a2a-sdk's 0.3 REST adapter base64-encodes the base64 text once more (its bug).
         assert blocks[1] == {"type": "image", "data": PNG_1PX, "mimeType": "image/png"}
     assert blocks[2]["uri"] == "https://example.com/report.pdf" and blocks[2]["name"] == "report.pdf"
     assert blocks[2]["mimeType"] == "application/pdf"
-    assert json.loads(blocks[3]["text"]) == {"rows": 2, "ok": True}
+    # a data part: structured, as an embedded JSON resource on ACP; a2a-sdk's 2.0 is the integer 2
+    assert blocks[3]["resource"]["uri"] == "data:application/json" and blocks[3]["resource"]["text"] == '{"ok":true,"rows":2}'
 
     cancel = step(r, "cancel")
     assert cancel["result"]["stopReason"] == "cancelled", r["where"]

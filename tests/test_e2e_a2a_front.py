@@ -195,7 +195,9 @@ async def test_sdk_client_against_the_demo_back(bridge_exe: list[str], tmp_path:
         assert first["state"] == "TASK_STATE_INPUT_REQUIRED"
         parts = first["status_message"]["parts"]
         assert parts[0]["text"] == "Edit notes.txt?"
-        assert [o["id"] for o in parts[1]["data"]["options"]] == ["allow", "allow_always", "reject", "reject_always"]
+        assert [(o["id"], o["kind"]) for o in parts[1]["data"]["options"]] == [
+            ("allow", "allow_once"), ("allow_always", "allow_always"), ("reject", "reject_once"), ("reject_always", "reject_always")
+        ]  # fmt: skip
         assert second["task_id"] == first["task_id"] and second["state"] == "TASK_STATE_COMPLETED"
         assert second["text"].startswith(answer)
     choose = r["choose"]
@@ -412,6 +414,11 @@ async def test_json_rpc_errors(bridge_exe: list[str], tmp_path: Path, clean_env:
             cases["parse"] = error_of((await raw(b"{not json")).json())
             cases["batch"] = error_of((await raw(b"[]")).json())
             cases["no_jsonrpc"] = error_of((await raw(json.dumps({"id": 1, "method": "GetTask", "params": {}}))).json())
+            # JSON-RPC 2.0 §5: an Invalid Request is answered with its id when it can be read.
+            ids = [(await raw(body)).json()["id"] for body in (
+                b'{"jsonrpc": "1.0", "id": "abc", "method": "GetTask", "params": {}}', b'{"jsonrpc": "2.0", "id": 42}',
+                b'{"jsonrpc": "2.0", "id": 7, "method": 5}', b'{"jsonrpc": "2.0", "id": [1], "method": "GetTask"}',
+            )]  # fmt: skip
             cases["unknown_method"] = error_of((await call(h, "demo", "tasks/explode", {})))
             cases["invalid_params"] = error_of(await call(h, "demo", "SendMessage", {"message": 5}))
             cases["no_parts"] = error_of(await call(h, "demo", "SendMessage", {"message": {"messageId": "x", "role": "ROLE_USER", "parts": []}}))
@@ -452,6 +459,7 @@ async def test_json_rpc_errors(bridge_exe: list[str], tmp_path: Path, clean_env:
         "page_size": (-32602, "INVALID_PARAMS"),
         "bad_answer": (-32602, "INVALID_PARAMS"),
     }
+    assert ids == ["abc", 42, 7, None]
     assert ctype.status_code == 415 and error_of(ctype.json()) == (-32005, "CONTENT_TYPE_NOT_SUPPORTED")
     assert big.status_code == 413
     assert unknown_route.status_code == 404

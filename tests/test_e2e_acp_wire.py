@@ -209,7 +209,7 @@ BAD_INPUT: list[tuple[str, bytes, tuple[int, Any, str] | None]] = [
     ("JSON array", b"[1, 2]", (-32600, None, "")),
     ("batch (ACP has none)", b"[" + rpc(5, "session/list", {}) + b"]", (-32600, None, "")),
     ("JSON string", b'"hello"', (-32600, None, "")),
-    ("no method", b'{"jsonrpc":"2.0","id":7}', (-32600, None, "")),
+    ("no method", b'{"jsonrpc":"2.0","id":7}', (-32600, 7, "")),  # JSON-RPC 2.0 §5: the id is readable
     ("no jsonrpc member", b'{"id":10,"method":"session/list","params":{}}', (-32600, 10, "2.0")),
     ("jsonrpc 1.0", b'{"jsonrpc":"1.0","id":11,"method":"session/list","params":{}}', (-32600, 11, "2.0")),
     ("null request id", rpc(None, "session/list", {}), (-32600, None, "id")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -112,16 +113,16 @@ def test_incoming_requests_notifications_and_cancellations() -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "code"),
-    [(b"{nope", -32700), (b'{"jsonrpc":"2.0","id":1}', -32600), (b'"\xff"', -32700), (b"[" * 500, -32700)],
+    ("line", "code", "rid"),
+    [(b"{nope", -32700, None), (b'{"jsonrpc":"2.0","id":1}', -32600, 1), (b'"\xff"', -32700, None), (b"[" * 500, -32700, None)],
 )
-def test_a_frame_that_is_not_json_rpc_raises_protocol_error(line: bytes, code: int) -> None:
+def test_a_frame_that_is_not_json_rpc_raises_protocol_error(line: bytes, code: int, rid: Any) -> None:
     peer = JsonRpcPeer()
     with pytest.raises(ProtocolError) as info:
         peer.receive(line)
     peer.respond_error(info.value.id, info.value.error)
     (answer,) = _lines(peer)
-    assert answer["error"]["code"] == code and answer["id"] is None
+    assert answer["error"]["code"] == code and answer["id"] == rid  # null only when it cannot be read
 
 
 def test_responses_map_errors_by_meaning() -> None:

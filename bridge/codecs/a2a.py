@@ -1,7 +1,11 @@
 """A2A ↔ canonical translation, sans-I/O (a2a.proto ↔ ACP schema).
 
 - Content: `blocks_from_parts` / `parts_from_blocks` map a2a.proto `Part` ↔ ACP `ContentBlock` (text,
-  raw, url and data parts ↔ ACP/MCP content blocks).
+  raw and url parts ↔ ACP/MCP content blocks; a data part ↔ `DataContent`, its value kept
+  as a value). a2a.proto's `Part.data` is a `google.protobuf.Value`, whose numbers are
+  doubles: ProtoJSON writers (a2a-sdk's `MessageToDict`) print 42 as `42.0`. JSON has one
+  number type (RFC 8259 §6), so `json_value` reads an integral double as the integer it
+  is, and 42 stays 42 across a hop.
 - `bridge.codecs.a2a_tracker.TaskTracker` turns what an agent says about one task
   into canonical events, with the helpers here.
 - Questions (ACP `session/request_permission`; a2a.proto `TASK_STATE_INPUT_REQUIRED`): an INPUT_REQUIRED status message becomes a canonical
@@ -36,6 +40,7 @@ from bridge.codecs.option_kinds import infer_kind
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
+    DataContent,
     EmbeddedResource,
     ImageContent,
     ResourceContents,
@@ -54,6 +59,7 @@ __all__ = [
     "auth_url",
     "block_from_part",
     "blocks_from_parts",
+    "json_value",
     "message_text",
     "parts_from_blocks",
     "question_for",
@@ -107,9 +113,24 @@ def block_from_part(p: s.Part) -> ContentBlock:
             size=size if isinstance(size, int) else None,
         )
     if p.data is not UNSET:
-        # Structured data has no ACP block: JSON text, marked so a front can tell (a2a.proto `Part` ↔ ACP `ContentBlock`).
-        return TextContent(text=_json.encode(p.data).decode(), meta={META_KEY: {"mediaType": "application/json"}})
+        return DataContent(data=json_value(p.data), mime_type=p.media_type)
     return TextContent(text="")
+
+
+_EXACT = 2**53  # every integer up to this is exact in a double (IEEE 754 binary64)
+
+
+def json_value(value: Any) -> Any:
+    """A peer's JSON value with each integral double (`42.0`, how ProtoJSON prints a
+    `google.protobuf.Value` number) made the integer it stands for; depth is bounded by
+    the decoder (bridge/codecs/safejson.py)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and -_EXACT <= value <= _EXACT else value
+    if isinstance(value, dict):
+        return {k: json_value(x) for k, x in value.items()}
+    if isinstance(value, list):
+        return [json_value(x) for x in value]
+    return value
 
 
 def blocks_from_parts(parts: list[s.Part]) -> list[ContentBlock]:
@@ -121,6 +142,8 @@ def parts_from_blocks(blocks: list[ContentBlock]) -> list[s.Part]:
     for b in blocks:
         if isinstance(b, TextContent):
             out.append(s.Part(text=b.text))
+        elif isinstance(b, DataContent):
+            out.append(s.Part(data=b.data, media_type=b.mime_type))
         elif isinstance(b, (ImageContent, AudioContent)):
             out.append(s.Part(raw=b.data, media_type=b.mime_type))
         elif isinstance(b, ResourceLink):
@@ -144,13 +167,23 @@ def user_message(
     task_id: str | None = None,
     in_reply_to: str | None = None,
     extra_parts: list[s.Part] | None = None,
+    client: dict[str, Any] | None = None,
 ) -> s.Message:
-    """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`)."""
+    """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`).
+
+    `client` is the client's own `{"metadata": {...}, "extensions": [...]}` when it spoke
+    A2A too (`TurnStarted.meta`): passed on as sent, our `agentBridge` key beside its keys."""
     parts = parts_from_blocks(blocks) + (extra_parts or [])
-    meta = {META_KEY: {"inReplyTo": in_reply_to}} if in_reply_to else None
+    given = (client or {}).get("metadata")
+    meta: dict[str, Any] | None = dict(given) if isinstance(given, dict) else None
+    if in_reply_to:
+        meta = {**(meta or {}), META_KEY: {"inReplyTo": in_reply_to}}
+    ext = (client or {}).get("extensions")
+    extensions = [x for x in ext if isinstance(x, str)] if isinstance(ext, list) else None
     return s.Message(
-        message_id=message_id, role=s.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id, metadata=meta
-    )
+        message_id=message_id, role=s.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id, metadata=meta,
+        extensions=extensions or None,
+    )  # fmt: skip
 
 
 def message_text(msg: s.Message | None) -> str:
@@ -206,7 +239,7 @@ def question_for(status: s.TaskStatus, task_id: str, *, seq: int = 0) -> AskedQu
                 kind = o.get("kind") if o.get("kind") in _KINDS else None
                 explicit = explicit or kind is not None
                 desc = o.get("description") if isinstance(o.get("description"), str) else None
-                kind = kind or infer_kind(label, desc) or infer_kind(oid) or "allow_once"
+                kind = kind or infer_kind(label, desc) or infer_kind(oid)  # None: never claim an allow the words do not say
                 options.append(QuestionOption(id=oid, label=label, kind=kind, description=desc))  # type: ignore[arg-type]
             q = Question(
                 id=qid,

@@ -25,6 +25,7 @@ from msgspec import UNSET, UnsetType
 
 from bridge.codecs import safejson
 from bridge.codecs.a2a_dialect import Binding, Dialect
+from bridge.codecs.jsonrpc import readable_id
 from bridge.codecs.a2a_v03_message import lower_message_v03, lower_rest_message_v03
 from bridge.codecs.a2a_v03_server import (
     lift_params_v03,
@@ -57,14 +58,16 @@ _enc = msgspec.json.Encoder()
 
 
 class A2AFault(Exception):
-    """An A2A error to answer with; `name` is a key of `schema.a2a.ERRORS`."""
+    """An A2A error to answer with; `name` is a key of `schema.a2a.ERRORS`; `request_id`
+    the JSON-RPC id of a request refused before its envelope was accepted, when readable."""
 
-    def __init__(self, name: str, message: str, *, metadata: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, message: str, *, metadata: dict[str, Any] | None = None, request_id: Any = None) -> None:
         super().__init__(message)
         assert name in s.ERRORS, name
         self.name = name
         self.message = message
         self.metadata = metadata
+        self.request_id = request_id
 
     @property
     def code(self) -> int:
@@ -109,18 +112,21 @@ _OPS: dict[Dialect, dict[str, str]] = {
 
 
 def decode_envelope(body: bytes) -> Envelope:
+    """The request's envelope; an Invalid Request carries the request's id when it can be
+    read (JSON-RPC 2.0 §5: null only when the id cannot be detected)."""
     try:
         env = _envelope.decode(body)
     except msgspec.ValidationError as exc:
         kind = body.lstrip()[:1]
         what = "batch requests are not supported" if kind == b"[" else f"not a JSON-RPC request: {exc}"
-        raise A2AFault("InvalidRequest", what) from exc
+        raise A2AFault("InvalidRequest", what, request_id=readable_id(body)) from exc
     except msgspec.DecodeError as exc:
         raise A2AFault("Parse", f"the body is not JSON: {exc}") from exc
+    rid = env.id if env.id is not UNSET else None
     if env.jsonrpc != "2.0":
-        raise A2AFault("InvalidRequest", "'jsonrpc' must be exactly \"2.0\"")
+        raise A2AFault("InvalidRequest", "'jsonrpc' must be exactly \"2.0\"", request_id=rid)
     if not isinstance(env.method, str) or not env.method:
-        raise A2AFault("InvalidRequest", "the request names no method")
+        raise A2AFault("InvalidRequest", "the request names no method", request_id=rid)
     return env
 
 

@@ -28,12 +28,16 @@ __all__ = ["REST_ROUTES", "decode_rest", "rest_request"]
 
 # (HTTP method, path under the interface URL, operation, dialect). ListTasks and the
 # push-config DELETE have no 0.3 REST route (a2a-sdk's 0.3 adapter has none either).
+# The first route that matches serves a request, and `{id}` matches "ID:subscribe"
+# too: `GET /tasks/{id}:subscribe` (A2A spec §11, the HTTP+JSON binding table; the
+# proto says GET, @a2a-js's REST client sends GET, a2a-sdk takes both) comes before
+# GetTask's `GET /tasks/{id}`.
 REST_ROUTES: list[tuple[str, str, str, Dialect]] = [
+    ("GET", "/tasks/{id}:subscribe", "subscribe", Dialect.V1_0),
+    ("GET", "/v1/tasks/{id}:subscribe", "subscribe", Dialect.V0_3),
     *[(m, p, op, Dialect.V1_0) for op, (m, p) in s.REST_PATHS.items()],
-    ("GET", "/tasks/{id}:subscribe", "subscribe", Dialect.V1_0),  # the proto says GET; a2a-sdk takes both
     *[(m, "/v1" + p, op, Dialect.V0_3) for op, (m, p) in s.REST_PATHS.items()
       if op not in ("list_tasks", "delete_push_config", "extended_card")],  # fmt: skip
-    ("GET", "/v1/tasks/{id}:subscribe", "subscribe", Dialect.V0_3),
     ("GET", "/v1/card", "extended_card", Dialect.V0_3),
 ]
 

@@ -14,6 +14,13 @@ Mapping:
   name (seed 004). `ArtifactUpdated` (an A2A back) keeps its own id, name, chunking.
 - Thoughts, tool calls, plans and whatever a sub-agent says → WORKING status
   updates whose message is tagged `metadata.agentBridge.kind`; never artifacts.
+  Progress (`ProgressReported`: status text about the work) → a WORKING status update
+  whose message holds its content (a2a.proto `TaskStatus.message`, role agent), kept
+  as the task's status message while it works (GetTask shows it).
+- History (a2a.proto `Task.history`): the client's messages as it sent them (parts,
+  messageId, metadata, extensions: `sent`, by turn id for a prompt and question id for
+  an answer; rebuilt from the canonical events when not kept), the agent's questions
+  (the INPUT_REQUIRED status messages) and its status messages, in order.
 - A question → INPUT_REQUIRED; the status message is the question text and a data
   part `{"questionId", "kind", "options": [{"id", "label", "kind"?, "description"?}],
   "multiSelect", "allowText", "header"?, "schema"?}`: the shape the A2A back reads
@@ -28,21 +35,20 @@ Mapping:
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 from bridge.codecs.a2a import META_KEY, parts_from_blocks
+from bridge.codecs.a2a_task_parts import AUTH_ERROR_KIND, Artifact, Entry, final_state, iso_time, tag
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import (
     ArtifactUpdated,
     Event,
     MessageChunk,
     PlanUpdated,
+    ProgressReported,
     Question,
     QuestionAnswered,
     QuestionAsked,
-    StopReason,
     ToolCallStarted,
     ToolCallUpdated,
     TurnEnded,
@@ -60,86 +66,15 @@ __all__ = [
 ]
 
 REPLY_ARTIFACT_NAME = "response"
-AUTH_ERROR_KIND = "BackAuthRequired"  # TurnError.kind of a back that needs the user to sign in
 STOP_STATES = s.TERMINAL_STATES | s.INTERRUPTED_STATES  # where a blocking call returns and streams end
 _S = s.TaskState
-
-
-_second: list[Any] = [None, ""]  # (whole second, its "YYYY-MM-DDTHH:MM:SS"): most stamps share one
-
-
-def iso_time(ts: float) -> str:
-    """ProtoJSON timestamp (RFC 3339, UTC, `Z`), to the millisecond."""
-    whole = math.floor(ts)
-    if _second[0] != whole:
-        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-    return f"{_second[1]}.{min(int((ts - whole) * 1000), 999):03d}Z"
-
-
-def final_state(stop: StopReason | str, error_kind: str | None = None) -> tuple[str, str | None]:
-    """(A2A state, the stop reason to note in metadata) for how a turn ended
-    (ACP schema `StopReason` → a2a.proto `TaskState`)."""
-    stop = StopReason(stop)
-    if stop is StopReason.END_TURN:
-        return _S.COMPLETED, None
-    if stop in (StopReason.MAX_TOKENS, StopReason.MAX_TURN_REQUESTS):
-        return _S.COMPLETED, stop.value  # no exact state: completed, and says why
-    if stop is StopReason.REFUSAL:
-        return _S.REJECTED, None
-    if stop is StopReason.CANCELLED:
-        return _S.CANCELED, None
-    if stop is StopReason.INPUT_REQUIRED:
-        return _S.INPUT_REQUIRED, None
-    return (_S.AUTH_REQUIRED if error_kind == AUTH_ERROR_KIND else _S.FAILED), None
-
-
-class _Artifact:
-    __slots__ = ("id", "name", "parts", "open")
-
-    def __init__(self, aid: str, name: str | None) -> None:
-        self.id = aid
-        self.name = name
-        self.parts: list[s.Part | list[str]] = []  # a list[str] is a run of plain text
-        self.open = True
-
-    def add(self, part: s.Part) -> None:
-        if part.text is not None and part.metadata is None and part.media_type is None:
-            if self.parts and isinstance(self.parts[-1], list):
-                self.parts[-1].append(part.text)
-            else:
-                self.parts.append([part.text])
-        else:
-            self.parts.append(part)
-
-    def build(self) -> s.Artifact:
-        parts = [s.Part(text="".join(p)) if isinstance(p, list) else p for p in self.parts]
-        return s.Artifact(artifact_id=self.id, name=self.name, parts=parts or [s.Part(text="")])
-
-
-class _Entry:
-    """A history message: text runs (coalesced chunks) and other parts."""
-
-    __slots__ = ("message_id", "role", "texts", "parts", "metadata", "refs")
-
-    def __init__(self, message_id: str, role: str, metadata: dict[str, Any] | None = None) -> None:
-        self.message_id = message_id
-        self.role = role
-        self.texts: list[str] = []
-        self.parts: list[s.Part] = []
-        self.metadata = metadata
-        self.refs: list[str] | None = None
-
-
-def _tag(kind: str, **more: Any) -> dict[str, Any]:
-    return {META_KEY: {"kind": kind, **{k: v for k, v in more.items() if v is not None}}}
-
 
 class TaskProjector:
     """One task as A2A sees it; `feed` every canonical event of its turns, in order."""
 
     def __init__(
         self, task_id: str, context_id: str, *, message_ids: dict[str, str] | None = None, refs: list[str] | None = None,
-        quoted: int = 0,
+        quoted: int = 0, sent: dict[str, s.Message] | None = None,
     ) -> None:  # fmt: skip
         self.task_id = task_id
         self.context_id = context_id
@@ -151,12 +86,14 @@ class TaskProjector:
         self.questions: dict[str, Question] = {}  # open, oldest first
         # Client message ids, by turn id (a prompt) or question id (an answer).
         self.message_ids = message_ids if message_ids is not None else {}
+        # The client's messages as sent, by turn id (a prompt) or question id (an answer).
+        self.sent = sent if sent is not None else {}
         # The first message's referenceTaskIds, and how many blocks quoting them the
         # bridge put before its prompt (for the agent, not the history).
         self.refs = refs
         self.quoted = quoted
-        self._history: dict[str, _Entry] = {}
-        self._artifacts: dict[str, _Artifact] = {}
+        self._history: dict[str, Entry] = {}
+        self._artifacts: dict[str, Artifact] = {}
         self._tools: dict[str, dict[str, Any]] = {}
         self._status_meta: dict[str, Any] | None = None
 
@@ -188,16 +125,22 @@ class TaskProjector:
         )
 
     # -- writing -----------------------------------------------------------------------
-    def begin(self, turn_id: str, prompt: list[ContentBlock], ts: float) -> None:
+    def begin(self, turn_id: str, prompt: list[ContentBlock], ts: float, *, message_id: str | None = None,
+              meta: dict[str, Any] | None = None) -> None:  # fmt: skip
         """A turn of this task starts with this prompt (the user message goes into history)."""
         if turn_id in self.turns:
             return
         self.turns.append(turn_id)
-        mid = self.message_ids.get(turn_id) or f"{turn_id}-user"
-        entry = self._history[f"u:{turn_id}"] = _Entry(mid, s.ROLE_USER)
         first = turn_id == self.task_id
-        entry.parts = parts_from_blocks(prompt[self.quoted :] if first else prompt)
-        entry.refs = self.refs if first else None
+        sent = self.sent.get(turn_id)
+        if sent is not None:
+            self._history[f"u:{turn_id}"] = Entry.sent(sent)
+        else:
+            mid = self.message_ids.get(turn_id) or message_id or f"{turn_id}-user"
+            entry = self._history[f"u:{turn_id}"] = Entry(mid, s.ROLE_USER, (meta or {}).get("metadata"))
+            entry.parts = parts_from_blocks(prompt[self.quoted :] if first else prompt)
+            entry.refs = self.refs if first else None
+            entry.extensions = (meta or {}).get("extensions")
         if not self.timestamp:
             self.timestamp = ts
 
@@ -208,8 +151,10 @@ class TaskProjector:
             return self._reply_chunk(event)
         if isinstance(event, ArtifactUpdated):
             return self._artifact_event(event)
+        if isinstance(event, ProgressReported):
+            return [self._set(_S.WORKING, self._progress(event), ts, keep=True)]
         if isinstance(event, TurnStarted):
-            self.begin(event.turn_id, event.prompt, ts)
+            self.begin(event.turn_id, event.prompt, ts, message_id=event.message_id, meta=event.meta)
             self.current_turn = event.turn_id
             self._status_meta = None
             return [self._set(_S.WORKING, None, ts)]
@@ -222,7 +167,7 @@ class TaskProjector:
             self.questions[q.id] = q
             if len(self.questions) > 1:
                 return []  # the client answers the oldest first; this one is asked next
-            return [self._set(_S.INPUT_REQUIRED, self._question_message(q), ts)]
+            return [self._set(_S.INPUT_REQUIRED, self._asked(q), ts)]
         if isinstance(event, QuestionAnswered):
             return self._answered(event, ts)
         if isinstance(event, TurnEnded):
@@ -239,16 +184,17 @@ class TaskProjector:
     def _status(self) -> s.TaskStatus:
         return s.TaskStatus(state=self.state, message=self.status_message, timestamp=iso_time(self.timestamp) if self.timestamp else None)
 
-    def _set(self, state: str, message: s.Message | None, ts: float) -> s.StreamResponse:
-        """A status update; the status message is kept only while the task waits on it or failed."""
+    def _set(self, state: str, message: s.Message | None, ts: float, *, keep: bool = False) -> s.StreamResponse:
+        """A status update; the status message is kept while the task waits on it, failed,
+        or (`keep`) says how the work goes."""
         self.state = state
         self.timestamp = ts
-        self.status_message = message if state in (_S.INPUT_REQUIRED, _S.AUTH_REQUIRED, _S.FAILED) else None
+        self.status_message = message if keep or state in (_S.INPUT_REQUIRED, _S.AUTH_REQUIRED, _S.FAILED) else None
         status = s.TaskStatus(state=state, message=message, timestamp=iso_time(ts))
         update = s.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status, metadata=self._status_meta)
         return s.StreamResponse(status_update=update)
 
-    def _message(self, e: _Entry) -> s.Message:
+    def _message(self, e: Entry) -> s.Message:
         parts = ([s.Part(text="".join(e.texts))] if e.texts else []) + e.parts
         return s.Message(
             message_id=e.message_id,
@@ -257,6 +203,7 @@ class TaskProjector:
             context_id=self.context_id,
             task_id=self.task_id,
             metadata=e.metadata,
+            extensions=e.extensions or None,
             reference_task_ids=e.refs or None,
         )
 
@@ -270,7 +217,7 @@ class TaskProjector:
         art = self._artifacts.get(key)
         append = art is not None
         if art is None:
-            art = self._artifacts[key] = _Artifact(key, REPLY_ARTIFACT_NAME)
+            art = self._artifacts[key] = Artifact(key, REPLY_ARTIFACT_NAME)
         art.open = True
         c = event.content
         part = s.Part(text=c.text) if isinstance(c, TextContent) and c.meta is None else parts_from_blocks([c])[0]
@@ -284,7 +231,7 @@ class TaskProjector:
         art = self._artifacts.get(event.artifact_id)
         known = art is not None
         if art is None:
-            art = self._artifacts[event.artifact_id] = _Artifact(event.artifact_id, event.name)
+            art = self._artifacts[event.artifact_id] = Artifact(event.artifact_id, event.name)
         elif not event.append:
             art.parts = []  # a whole new version of the artifact
         if event.name:
@@ -303,10 +250,10 @@ class TaskProjector:
         kind = "thought" if event.thought else "subagent"
         mid = event.message_id or f"{self.current_turn or self.task_id}-{kind}"
         key = f"p:{mid}:{event.parent_tool_call_id or ''}:{kind}"
-        meta = _tag(kind, parentToolCallId=event.parent_tool_call_id)
+        meta = tag(kind, parentToolCallId=event.parent_tool_call_id)
         entry = self._history.get(key)
         if entry is None:
-            entry = self._history[key] = _Entry(mid, s.ROLE_AGENT, meta)
+            entry = self._history[key] = Entry(mid, s.ROLE_AGENT, meta)
         c = event.content
         if isinstance(c, TextContent):
             entry.texts.append(c.text)
@@ -315,6 +262,21 @@ class TaskProjector:
             part = parts_from_blocks([c])[0]
             entry.parts.append(part)
         return [self._set(_S.WORKING, self._agent_message(mid, [part], meta), ts)]
+
+    def _progress(self, event: ProgressReported) -> s.Message:
+        mid = event.message_id or f"{self.current_turn or self.task_id}-progress-{len(self._history)}"
+        meta = tag("progress")
+        entry = self._history.setdefault(f"progress:{mid}", Entry(mid, s.ROLE_AGENT, meta))
+        parts = parts_from_blocks(event.content) or [s.Part(text="")]
+        entry.parts = entry.parts + parts
+        return self._agent_message(mid, parts, meta)
+
+    def _asked(self, q: Question) -> s.Message:
+        """The question's status message, kept in history where it was asked."""
+        message = self._question_message(q)
+        entry = self._history.setdefault(f"q:{q.id}", Entry(message.message_id, s.ROLE_AGENT, message.metadata))
+        entry.parts = message.parts
+        return message
 
     def _tool(self, event: ToolCallStarted | ToolCallUpdated) -> s.Message:
         info = self._tools.setdefault(event.tool_call_id, {"id": event.tool_call_id})
@@ -336,18 +298,18 @@ class TaskProjector:
             if diffs:
                 info["edits"] = diffs
         text = f"{info.get('title') or 'Tool call'} ({info.get('status', 'pending')})"
-        meta = _tag("tool_call", parentToolCallId=event.parent_tool_call_id)
+        meta = tag("tool_call", parentToolCallId=event.parent_tool_call_id)
         parts = [s.Part(text=text), s.Part(data={"toolCall": dict(info)})]
-        entry = self._history.setdefault(f"tool:{event.tool_call_id}", _Entry(f"tool-{event.tool_call_id}", s.ROLE_AGENT, meta))
+        entry = self._history.setdefault(f"tool:{event.tool_call_id}", Entry(f"tool-{event.tool_call_id}", s.ROLE_AGENT, meta))
         entry.parts = parts
         return self._agent_message(entry.message_id, parts, meta)
 
     def _plan(self, event: PlanUpdated) -> s.Message:
         entries = [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries]
         text = "\n".join(f"[{e.status}] {e.content}" for e in event.entries) or "(empty plan)"
-        meta = _tag("plan")
+        meta = tag("plan")
         parts = [s.Part(text=text), s.Part(data={"plan": entries})]
-        entry = self._history.setdefault(f"plan:{self.current_turn}", _Entry(f"{self.current_turn}-plan", s.ROLE_AGENT, meta))
+        entry = self._history.setdefault(f"plan:{self.current_turn}", Entry(f"{self.current_turn}-plan", s.ROLE_AGENT, meta))
         entry.parts = parts
         return self._agent_message(entry.message_id, parts, meta)
 
@@ -366,18 +328,21 @@ class TaskProjector:
             data["schema"] = q.schema
         if q.tool_call_id:
             data["toolCallId"] = q.tool_call_id
-        meta = _tag("question")
+        meta = tag("question")
         return self._agent_message(q.id, [s.Part(text=q.prompt), s.Part(data=data)], meta)
 
     def _answered(self, event: QuestionAnswered, ts: float) -> list[s.StreamResponse]:
         question = self.questions.pop(event.question_id, None)
         if question is None:
             return []
-        if event.by == "user" and not event.cancelled:
+        sent = self.sent.get(event.question_id)
+        if sent is not None and event.by == "user" and not event.cancelled:
+            self._history[f"a:{event.question_id}"] = Entry.sent(sent)
+        elif event.by == "user" and not event.cancelled:
             labels = [o.label for o in question.options if o.id in event.selected]
             text = ", ".join(labels + ([event.text] if event.text else []))
             mid = self.message_ids.get(event.question_id) or f"{event.question_id}-answer"
-            entry = self._history[f"a:{event.question_id}"] = _Entry(mid, s.ROLE_USER)
+            entry = self._history[f"a:{event.question_id}"] = Entry(mid, s.ROLE_USER)
             data: dict[str, Any] = {"selected": list(event.selected)}
             if event.text is not None:
                 data["text"] = event.text
@@ -388,7 +353,7 @@ class TaskProjector:
             return []
         nxt = self.open_question
         if nxt is not None:
-            return [self._set(_S.INPUT_REQUIRED, self._question_message(nxt), ts)]
+            return [self._set(_S.INPUT_REQUIRED, self._asked(nxt), ts)]
         return [self._set(_S.WORKING, None, ts)]
 
     def _ended(self, event: TurnEnded, ts: float) -> list[s.StreamResponse]:
@@ -406,8 +371,9 @@ class TaskProjector:
         self._status_meta = {META_KEY: {"stopReason": noted}} if noted else None
         message = None
         if event.error is not None:
-            message = self._agent_message(f"{event.turn_id}-error", [s.Part(text=event.error.message)], _tag("error"))
+            message = self._agent_message(f"{event.turn_id}-error", [s.Part(text=event.error.message)], tag("error"))
         elif state == _S.INPUT_REQUIRED:
-            message = self._agent_message(f"{event.turn_id}-input", [s.Part(text="The agent needs more input.")], _tag("question"))
+            message = self._agent_message(f"{event.turn_id}-input", [s.Part(text="The agent needs more input.")], tag("question"))
+            self._history.setdefault(f"q:{event.turn_id}-input", Entry(message.message_id, s.ROLE_AGENT, message.metadata)).parts = message.parts
         out.append(self._set(state, message, ts))
         return out

@@ -8,17 +8,23 @@ adds only what was missed (A2A spec §3, SubscribeToTask: a re-attached stream
 starts with the Task as it stands).
 
 Status messages of INPUT_REQUIRED, AUTH_REQUIRED and FAILED are not chat: they are a
-question or an error, which the back shows otherwise (`bridge.codecs.a2a`).
+question or an error, which the back shows otherwise (`bridge.codecs.a2a`). Those of
+SUBMITTED and WORKING are status text about the work (a2a.proto `TaskStatus.message`),
+not the answer: `ProgressReported`, never a `MessageChunk`, so the reply that follows
+is not glued to them. A snapshot's agent messages in `history` are earlier status
+messages (where a2a-sdk's task store keeps them), read the same way.
 """
 
 from __future__ import annotations
 
 from bridge.codecs.a2a import QUIET_STATES, block_from_part
 from bridge.core.content import ContentBlock, TextContent
-from bridge.core.events import ArtifactUpdated, Event, MessageChunk
+from bridge.core.events import ArtifactUpdated, Event, MessageChunk, ProgressReported
 from bridge.schema import a2a as s
 
 __all__ = ["TaskTracker"]
+
+_PROGRESS_STATES = frozenset({s.TaskState.SUBMITTED, s.TaskState.WORKING})
 
 
 def _fingerprint(p: s.Part) -> str | None:
@@ -74,7 +80,7 @@ class TaskTracker:
         for m in task.history or ():
             if m.role == s.ROLE_AGENT and m.message_id and m.message_id not in self._messages:
                 if self.status is None or self.status.message is None or m.message_id != self.status.message.message_id:
-                    out += self._message(m)
+                    out += self._message(m, progress=True)
         for a in task.artifacts or ():
             out += self._artifact(a, append=False, last=False)
         out += self._status(task.status, snapshot=True)
@@ -107,14 +113,16 @@ class TaskTracker:
             return []
         if snapshot and not msg.message_id:
             return []  # cannot tell whether it was shown already
-        return self._message(msg)
+        return self._message(msg, progress=status.state in _PROGRESS_STATES)
 
-    def _message(self, msg: s.Message) -> list[Event]:
+    def _message(self, msg: s.Message, *, progress: bool = False) -> list[Event]:
         if msg.message_id:
             if msg.message_id in self._messages:
                 return []
             self._messages.add(msg.message_id)
         mid = msg.message_id or None
+        if progress:
+            return [ProgressReported(content=[block_from_part(p) for p in msg.parts], message_id=mid)] if msg.parts else []
         return [MessageChunk(content=block_from_part(p), message_id=mid) for p in msg.parts]
 
     def _artifact(self, art: s.Artifact, *, append: bool, last: bool) -> list[Event]:

@@ -36,10 +36,12 @@ from bridge.core import events as ev
 from bridge.core.content import (
     AudioContent,
     ContentBlock,
+    DataContent,
     EmbeddedResource,
     ImageContent,
     ResourceLink,
     TextContent,
+    data_text,
 )
 from bridge.schema.chat import (
     FileItem,
@@ -208,6 +210,8 @@ def message_of(prompt: list[ContentBlock]) -> str | list[MessageItem]:
             items.append(FileItem(name="audio", data=b.data, mime_type=b.mime_type))
         elif isinstance(b, ResourceLink):
             items.append(TextItem(text=b.uri))
+        elif isinstance(b, DataContent):
+            items.append(TextItem(text=data_text(b)))  # the chat stream has no data item
         elif isinstance(b, EmbeddedResource):
             r = b.resource
             data = r.blob if r.blob is not None else base64.b64encode((r.text or "").encode()).decode()

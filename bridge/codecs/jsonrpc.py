@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import msgspec
-from msgspec import UNSET, Raw
+from msgspec import UNSET, Raw, UnsetType
 
 from bridge.codecs import safejson
 from bridge.errors import BridgeError, InvalidParams, InvalidRequest, ParseError, codes_for
@@ -27,11 +27,30 @@ __all__ = [
     "encode_lines",
     "error_response",
     "parse",
+    "readable_id",
 ]
 
 T = TypeVar("T")
 
 _envelope = safejson.Decoder(Envelope)
+
+
+class _IdOnly(msgspec.Struct):
+    id: RequestId | None | UnsetType = UNSET
+
+
+_id_only = safejson.Decoder(_IdOnly)
+
+
+def readable_id(body: bytes) -> RequestId | None:
+    """The id of a message the envelope could not accept (a member of the wrong type),
+    when the id itself is a string or an integer: JSON-RPC 2.0 §5 answers an invalid
+    request with its id, and with null only when the id cannot be detected."""
+    try:
+        rid = _id_only.decode(body).id
+    except msgspec.DecodeError:  # ValidationError included: no object, or an id of no valid type
+        return None
+    return None if rid is UNSET else rid  # type: ignore[return-value]
 _encoder = msgspec.json.Encoder()
 
 
@@ -68,7 +87,7 @@ def parse(line: bytes) -> Incoming:
     try:
         env = _envelope.decode(line)
     except msgspec.ValidationError as exc:
-        raise ProtocolError(InvalidRequest(f"not a JSON-RPC 2.0 message: {exc}"), None) from exc
+        raise ProtocolError(InvalidRequest(f"not a JSON-RPC 2.0 message: {exc}"), readable_id(line)) from exc
     except msgspec.DecodeError as exc:
         raise ProtocolError(ParseError(f"invalid JSON: {exc}"), None) from exc
     rid = env.id if env.id is not UNSET else None
@@ -86,7 +105,7 @@ def parse(line: bytes) -> Incoming:
         # ours). Never answer a response: two peers doing so would ping-pong forever.
         return Reply(None, None, env.error)  # type: ignore[arg-type]
     if env.id is UNSET or env.id is None or (env.result is UNSET and env.error is UNSET):
-        raise ProtocolError(InvalidRequest("a message needs a method, or an id with a result or an error"), None)
+        raise ProtocolError(InvalidRequest("a message needs a method, or an id with a result or an error"), rid)  # type: ignore[arg-type]
     result = env.result if env.result is not UNSET else None
     error = env.error if env.error is not UNSET else None
     return Reply(env.id, result, error)  # type: ignore[arg-type]

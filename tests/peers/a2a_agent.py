@@ -22,6 +22,7 @@ The first word of the user's message picks a behaviour (the rest is the argument
   reject:        rejected, status message "I will not do that."
   auth:          auth-required, "Sign in at https://auth.example.com/login"
   files:         one artifact of four parts: text, raw image, url, data
+  data:          one artifact of one data part {"key": "value", "count": 42}
 
 Failure injection for the bridge's error tests: --token (required bearer token, or
 the header named by --api-key-header), --fail-status N (every A2A call answers N),
@@ -137,6 +138,10 @@ class Scripted(AgentExecutor):
                 pb.Part(data=data),
             ]
             await up.add_artifact(parts, artifact_id="files", name="files", last_chunk=True)
+            await up.complete()
+        elif word == "data":
+            value = ParseDict({"key": "value", "count": 42}, struct_pb2.Value())
+            await up.add_artifact([pb.Part(data=value)], artifact_id="data", name="data", last_chunk=True)
             await up.complete()
         else:
             await up.add_artifact([pb.Part(text=f"You said: {rest}")], artifact_id="answer", name="answer", last_chunk=True)

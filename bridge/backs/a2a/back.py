@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
-
 import httpx
 import trio
 
@@ -42,6 +40,7 @@ from bridge.backs.base import AgentInfo, SessionContext
 from bridge.codecs.a2a_card import CardError, CardView, auth_placement, choose_interface, commands, parse_card
 from bridge.codecs.a2a_client import Wire
 from bridge.errors import BackError
+from bridge.schema.a2a import A2A_VERSION_HEADER
 
 if TYPE_CHECKING:
     from bridge.backs.a2a.config import A2ABackConfig as A2AConfig
@@ -101,63 +100,57 @@ class A2ABack:
             assert self.view is not None and self.wire is not None
             return self.view, self.wire
 
-    def _card_urls(self) -> list[str]:
+    def card_url(self) -> str:
+        """The one place the card is read: `card_url`, else `{url}/.well-known/agent-card.json`
+        (A2A spec §8.2). Never the host's root card as well: a `url` whose path has no
+        card is a mistake to report, not a reason to talk to another agent on that host."""
         if self.cfg.card_url:
-            return [self.cfg.card_url]
+            return self.cfg.card_url
         assert self.cfg.url is not None
-        base = self.cfg.url.rstrip("/")
-        u = urlsplit(base)
-        root = f"{u.scheme}://{u.netloc}{WELL_KNOWN}"
-        first = base + WELL_KNOWN
-        return [first] if first == root else [first, root]
+        return self.cfg.url.rstrip("/") + WELL_KNOWN
 
     async def _fetch_card(self) -> None:
-        urls = [self.cache.url] if self.cache.url else self._card_urls()
-        last: BackError | None = None
-        for url in urls:
-            assert url is not None
-            headers = {"Accept": "application/json", **self.cfg.headers, **self.cache.conditional_headers()}
-            try:
-                with trio.fail_after(self.cfg.connect_timeout_s + self.cfg.first_event_timeout_s):
-                    resp = await self.http.client.get(url, headers=headers, follow_redirects=True)
-            except trio.TooSlowError:
-                raise self.http.error(f"cannot read the agent card at {where(url)}: no answer in time", unavailable=True) from None
-            except httpx.TransportError as exc:
-                err = self.http.transport_error(exc, url)
-                raise type(err)(f"{err.message} (reading the agent card at {where(url)})") from exc
-            now = trio.current_time()
-            if resp.status_code == 304 and self.cache.body is not None:
-                self.cache.revalidated(resp.headers, now)
-                return
-            if resp.status_code == 404 and url != urls[-1]:
-                continue
-            if resp.status_code != 200:
-                phrase = f"{resp.status_code} {httpx.codes.get_reason_phrase(resp.status_code)}".strip()
-                last = self.http.error(f"cannot read the agent card at {where(url)}: it answered {phrase}", unavailable=resp.status_code >= 500)
-                break
-            body = resp.content
-            try:
-                view = parse_card(body, str(resp.url))
-                iface = choose_interface(view, self.cfg.dialect, self.cfg.binding)
-                placement = auth_placement(view, header_override=self.cfg.auth_header) if self.http.has_token() else None
-            except CardError as exc:
-                raise self.http.error(f"cannot use the agent card at {where(url)}: {exc}") from exc
-            self.http.no_subscribe = False
-            self.cache.stored(url, body, resp.headers, now)
-            if self.http.wire is None or self.http.wire.iface != iface:
-                self.http.wire = Wire(iface)
-                log.info("route %s: A2A %s over %s at %s", self.name, iface.dialect.value, iface.binding.value, where(iface.url))
-            self.view, self.http.placement = view, placement
-            r = self.route
-            self.info = AgentInfo(
-                name=view.name or self.name,
-                title=r.title or view.name or None,
-                version=view.version or r.version,
-                description=r.description or view.description or None,
-                commands=commands(view),
-            )
+        url = self.card_url()
+        # The version we would speak (A2A spec §3, service parameters: `A2A-Version`):
+        # an agent serving both may answer with the card of that version.
+        version = {"auto": "1.0"}.get(self.cfg.dialect, self.cfg.dialect)
+        headers = {"Accept": "application/json", A2A_VERSION_HEADER: version, **self.cfg.headers, **self.cache.conditional_headers()}
+        try:
+            with trio.fail_after(self.cfg.connect_timeout_s + self.cfg.first_event_timeout_s):
+                resp = await self.http.client.get(url, headers=headers, follow_redirects=True)
+        except trio.TooSlowError:
+            raise self.http.error(f"cannot read the agent card at {where(url)}: no answer in time", unavailable=True) from None
+        except httpx.TransportError as exc:
+            err = self.http.transport_error(exc, url)
+            raise type(err)(f"{err.message} (reading the agent card at {where(url)})") from exc
+        now = trio.current_time()
+        if resp.status_code == 304 and self.cache.body is not None:
+            self.cache.revalidated(resp.headers, now)
             return
-        raise last or self.http.error("cannot find the agent card")
+        if resp.status_code != 200:
+            phrase = f"{resp.status_code} {httpx.codes.get_reason_phrase(resp.status_code)}".strip()
+            raise self.http.error(f"cannot read the agent card at {where(url)}: it answered {phrase}", unavailable=resp.status_code >= 500)
+        body = resp.content
+        try:
+            view = parse_card(body, str(resp.url))
+            iface = choose_interface(view, self.cfg.dialect, self.cfg.binding)
+            placement = auth_placement(view, header_override=self.cfg.auth_header) if self.http.has_token() else None
+        except CardError as exc:
+            raise self.http.error(f"cannot use the agent card at {where(url)}: {exc}") from exc
+        self.http.no_subscribe = False
+        self.cache.stored(url, body, resp.headers, now)
+        if self.http.wire is None or self.http.wire.iface != iface:
+            self.http.wire = Wire(iface)
+            log.info("route %s: A2A %s over %s at %s", self.name, iface.dialect.value, iface.binding.value, where(iface.url))
+        self.view, self.http.placement = view, placement
+        r = self.route
+        self.info = AgentInfo(
+            name=view.name or self.name,
+            title=r.title or view.name or None,
+            version=view.version or r.version,
+            description=r.description or view.description or None,
+            commands=commands(view),
+        )
 
     async def open_session(self, ctx: SessionContext, *, nursery: trio.Nursery) -> A2ASession:
         return A2ASession(self.http, self.card, ctx)

@@ -53,6 +53,12 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _message_id(turn: TurnHandle) -> str:
+    """The client's own id for its prompt when it gave one (an A2A client: a proxy keeps the
+    ids it is sent, a2a.proto `Message.message_id`), else a new one."""
+    return turn.message_id or _new_id()
+
+
 class _Interrupted(NamedTuple):
     tracker: TaskTracker
     asked: codec.AskedQuestion | None  # None: auth-required
@@ -137,7 +143,8 @@ class A2ASession:
                 log.info("route %s: task %s cannot continue (%s); starting a new task", self.http.name, tracker.task_id, exc)
                 run.tracker = tracker = TaskTracker()
                 run.task_known, run.stale = trio.Event(), None
-                stop = await self._turn(run, view, wire, codec.user_message(turn.prompt, message_id=_new_id(), context_id=self.context_id))
+                fresh = codec.user_message(turn.prompt, message_id=_message_id(turn), context_id=self.context_id, client=turn.message_meta)
+                stop = await self._turn(run, view, wire, fresh)
             clean = True
             return stop
         except A2AError as exc:
@@ -158,7 +165,7 @@ class A2ASession:
     def _first_message(self, turn: TurnHandle, intr: _Interrupted | None) -> s.Message:
         if intr is None:
             # The first message of a session carries no contextId; later ones carry it (A2A `docs/topics/life-of-a-task.md`).
-            return codec.user_message(turn.prompt, message_id=_new_id(), context_id=self.context_id)
+            return codec.user_message(turn.prompt, message_id=_message_id(turn), context_id=self.context_id, client=turn.message_meta)
         task_id = intr.tracker.task_id
         status = intr.tracker.status
         stale = status.message.message_id if status and status.message else None
@@ -168,15 +175,16 @@ class A2ASession:
             if answer.selected:
                 return codec.user_message(
                     [],
-                    message_id=_new_id(),
+                    message_id=_message_id(turn),
                     context_id=self.context_id,
                     task_id=task_id,
                     in_reply_to=asked.message_id or None,
                     extra_parts=codec.answer_parts(asked, answer),
                 )
         return codec.user_message(
-            turn.prompt, message_id=_new_id(), context_id=self.context_id, task_id=task_id, in_reply_to=stale
-        )
+            turn.prompt, message_id=_message_id(turn), context_id=self.context_id, task_id=task_id, in_reply_to=stale,
+            client=turn.message_meta,
+        )  # fmt: skip
 
     async def _turn(self, run: _TaskTurn, view: CardView, wire: Wire, message: s.Message) -> StopReason:
         http, turn = self.http, run.turn

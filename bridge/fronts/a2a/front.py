@@ -242,6 +242,7 @@ class A2AFront:
                 out = wire.rpc_error(rid, fault)
             except A2AFault as fault:
                 log.warning("A2A %s %s: %s", name, fault.name, fault.message)
+                rid = fault.request_id if rid is None else rid
                 if isinstance(fault, _WrongContentType):
                     await send_bytes(send, 415, wire.rpc_error(rid, fault))
                     return
@@ -327,7 +328,7 @@ class A2AFront:
 
     async def _open_stream(self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder) -> SseStream:
         """The stream, with its first event queued; errors before it are raised (answered as errors, not SSE)."""
-        stream = SseStream(encoder, self.cfg.stream_queue_max_events)
+        stream = SseStream(encoder, self.cfg.stream_queue_max_events, to_end=op == "subscribe")
         if op == "stream":
             live = await self.tasks.send(name, req, dialect=encoder.dialect.value)
             config = req.configuration
@@ -341,7 +342,7 @@ class A2AFront:
         if projector.state in s.TERMINAL_STATES:
             raise A2AFault("UnsupportedOperation", f"task {req.id} is {projector.state}: a finished task has no stream; GetTask reads it")
         stream.put(encoder.frame(encoder.payload(s.StreamResponse(task=projector.snapshot()))))
-        stream.close()  # interrupted, its turn over: nothing happens until a message continues it
+        self.tasks.wait_for_next(req.id, stream)  # interrupted, its turn over: open until a message continues it
         return stream
 
 

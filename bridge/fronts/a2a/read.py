@@ -61,7 +61,7 @@ async def replay(manager: SessionManager, route: str, task_id: str) -> tuple[str
     after = max(before, default=0)
     events = await (session.history(after) if session is not None else manager.read_events(record.session_id, after))
     projector = TaskProjector(
-        task_id, state.ctx or record.session_id, message_ids=dict(task.mids), refs=task.refs or None,
+        task_id, state.ctx or record.session_id, message_ids=dict(task.mids), refs=task.refs or None, sent=dict(task.sent),
         quoted=task.quoted,
     )  # fmt: skip
     current: str | None = None

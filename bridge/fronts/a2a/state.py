@@ -10,7 +10,9 @@ lists only those, and a `contextId` naming any other session is unknown.
 - `held`: the interrupted task waiting in this session for the client's next message.
 - `cont`: continuation turn → its task (a task interrupted then resumed spans turns).
 - `tasks`: task id → `A2ATask`: its last `state` and `ts` once its turn ended, the `turns`
-  after its first, the client's message ids (`mids`), `refs` (referenceTaskIds),
+  after its first, the client's message ids (`mids`), the client's messages as sent
+  (`sent`, by turn id or question id, each up to `SENT_MAX_BYTES`: task history shows
+  them so; a larger one is rebuilt from the events), `refs` (referenceTaskIds),
   `quoted` (blocks of referenced replies put before the prompt) and `push` configs.
 """
 
@@ -21,9 +23,13 @@ from typing import ClassVar
 
 import msgspec
 
+from bridge.schema import a2a as s
 from bridge.session import FrontState
 
-__all__ = ["A2AContext", "A2APushConfig", "A2ATask"]
+__all__ = ["A2AContext", "A2APushConfig", "A2ATask", "SENT_MAX_BYTES"]
+
+_enc = msgspec.json.Encoder()
+SENT_MAX_BYTES = 16 * 1024  # a client message kept as sent (it is rewritten with every record)
 
 
 class A2APushConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -51,9 +57,15 @@ class A2ATask(msgspec.Struct, kw_only=True, omit_defaults=True):
     ts: float | None = None
     turns: list[str] = []
     mids: dict[str, str] = {}
+    sent: dict[str, s.Message] = {}
     refs: list[str] = []
     quoted: int = 0
     push: list[A2APushConfig] = []
+
+    def keep_sent(self, key: str, message: s.Message) -> None:
+        """Keep the client's message as sent, unless it is large."""
+        if len(_enc.encode(message)) <= SENT_MAX_BYTES:
+            self.sent[key] = message
 
 
 class A2AContext(FrontState):

@@ -44,10 +44,13 @@ _SSE_HEADERS = [
 class SseStream:
     """One SSE response; `put` from anywhere (never blocks), `run` in the request's task."""
 
-    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "on_close")
+    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "on_close", "to_end")
 
-    def __init__(self, encoder: EventEncoder, max_frames: int) -> None:
+    def __init__(self, encoder: EventEncoder, max_frames: int, *, to_end: bool = False) -> None:
         self.encoder = encoder
+        # SubscribeToTask: open until the task is terminal, through INPUT_REQUIRED and the
+        # answer (A2A spec §3, SubscribeToTask); SendStreamingMessage ends where it interrupts.
+        self.to_end = to_end
         self._frames: list[bytes] = []
         self._max = max_frames
         self._lot = trio.lowlevel.ParkingLot()
@@ -134,6 +137,8 @@ class LiveTask:
         self._on_state = on_state
         self._on_end = on_end
         self._unsubscribe: Callable[[], None] | None = None
+        # Where a SubscribeToTask stream waits when the turn ends interrupted (TaskService).
+        self.handoff: Callable[[SseStream], None] = SseStream.close
 
     @property
     def task_id(self) -> str:
@@ -200,8 +205,14 @@ class LiveTask:
                 for p in got:
                     stream.put(enc.frame(p))
         if self.projector.stopped:
+            terminal = self.projector.state in s.TERMINAL_STATES
             for stream in list(self.streams):
-                stream.close()
+                if terminal or not stream.to_end:
+                    stream.close()
+                elif self.ended:  # interrupted, its turn over: the next turn of the task carries it on
+                    self._detach(stream)
+                    stream.on_close = None
+                    self.handoff(stream)
 
     def attach(self, stream: SseStream, *, history_length: int | None = None) -> None:
         """The task as it is now, then every later event until it stops (terminal or interrupted)."""
@@ -211,8 +222,16 @@ class LiveTask:
         snapshot = self.projector.snapshot(history_length=history_length)
         stream.put(stream.encoder.frame(stream.encoder.payload(s.StreamResponse(task=snapshot))))
         if self.projector.stopped:
-            stream.close()
-            return
+            if not stream.to_end or self.projector.state in s.TERMINAL_STATES:
+                stream.close()
+                return
+            if self.ended:
+                self.handoff(stream)  # interrupted, its turn over: the next turn carries it on
+                return
+        self.follow(stream)
+
+    def follow(self, stream: SseStream) -> None:
+        """Every later event on `stream` (it has the task as it was already)."""
         self.streams.append(stream)
         stream.on_close = self._detach
 

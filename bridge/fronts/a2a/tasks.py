@@ -42,7 +42,7 @@ from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
 from bridge.fronts.a2a.read import list_tasks, replay
 from bridge.fronts.a2a.state import A2AContext
-from bridge.fronts.a2a.stream import LiveTask
+from bridge.fronts.a2a.stream import LiveTask, SseStream
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 
@@ -60,6 +60,8 @@ class TaskService:
         self.cfg = cfg
         self.manager = manager
         self.live: dict[str, LiveTask] = {}
+        # SubscribeToTask streams of interrupted tasks whose turn is over, until a message continues them.
+        self._waiting: dict[str, list[SseStream]] = {}
         self._recent: OrderedDict[str, tuple[str, str, TaskProjector]] = OrderedDict()  # task → (route, session id, projector)
         # Our sessions with nothing running, longest idle first → since when.
         self._idle: OrderedDict[str, float] = OrderedDict()
@@ -107,19 +109,21 @@ class TaskService:
         refs = list(msg.reference_task_ids or ())
         quoted = await self._quote_references(route, context_id, session.id, refs) if refs else []
         content = quoted + content
+        mid, meta = msg.message_id, _client_meta(msg)
         try:
-            turn = session.start_turn(content)
+            turn = session.start_turn(content, message_id=mid, meta=meta)
         except Busy:  # taken meanwhile by another request of the same context
             session = await self._side_session(route, context_id)
-            turn = session.start_turn(content)
+            turn = session.start_turn(content, message_id=mid, meta=meta)
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
         task = session.front_state(A2AContext).task(turn.turn_id)
         task.mids = {turn.turn_id: msg.message_id}
+        task.keep_sent(turn.turn_id, msg)
         task.refs = refs
         task.quoted = len(quoted)
-        projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted))
+        projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted), sent=task.sent)
         self._with_push(session, turn.turn_id, push, dialect)
         return self._run(session, projector, turn, content)
 
@@ -131,9 +135,12 @@ class TaskService:
 
     def _run(self, session: Session, projector: TaskProjector, turn: Any, content: list[ContentBlock]) -> LiveTask:
         live = LiveTask(session, projector, turn, on_state=self._state_changed, on_end=self._ended)
+        live.handoff = lambda stream: self.wait_for_next(projector.task_id, stream)
+        for stream in self._waiting.pop(projector.task_id, []):
+            live.follow(stream)
         self.live[projector.task_id] = live
         self._idle.pop(session.id, None)
-        live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content))
+        live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=turn.message_id, meta=turn.message_meta))
         return live
 
     async def _continue(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
@@ -151,6 +158,7 @@ class TaskService:
             except ValueError as exc:
                 raise InvalidParams(str(exc)) from exc
             live.projector.message_ids[question.id] = msg.message_id
+            _keep_sent(live.session, live.projector, question.id, msg)
             self._with_push(live.session, task_id, push, dialect)
             live.session.answer(question.id, selected=selected, text=text, values=values)
             return live
@@ -163,13 +171,15 @@ class TaskService:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, not waiting for input")
         session = await self.manager.get(session_id)
         content = blocks_of_message(msg)
-        turn = session.start_turn(content)
+        turn = session.start_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
         state = session.front_state(A2AContext)
         task = state.task(task_id)
         task.turns.append(turn.turn_id)
         if not task.mids:
             task.mids = projector.message_ids
         task.mids[turn.turn_id] = msg.message_id
+        projector.message_ids[turn.turn_id] = msg.message_id
+        _keep_sent(session, projector, turn.turn_id, msg)
         state.cont[turn.turn_id] = task_id
         if state.held == task_id:
             state.held = None
@@ -178,6 +188,20 @@ class TaskService:
         live = self._run(session, projector, turn, content)
         await session.save_record()  # the continuation is findable after a crash
         return live
+
+    def wait_for_next(self, task_id: str, stream: SseStream) -> None:
+        """A subscriber of an interrupted task whose turn is over: it hears the turn that
+        continues the task (A2A spec §3, SubscribeToTask: open until a terminal state)."""
+        waiting = self._waiting.setdefault(task_id, [])
+        waiting.append(stream)
+
+        def gone(s: SseStream) -> None:
+            if s in waiting:
+                waiting.remove(s)
+            if not waiting and self._waiting.get(task_id) is waiting:
+                del self._waiting[task_id]
+
+        stream.on_close = gone
 
     @staticmethod
     def _check(route: str, task_route: str, context_id: str, asked: str | None, task_id: str) -> None:
@@ -336,6 +360,9 @@ class TaskService:
         self._went_idle(session)
         if self.push is not None:
             self.push.notify(session, projector, event)
+        for stream in self._waiting.pop(task_id, []):
+            stream.put(stream.encoder.frame(stream.encoder.payload(event)))
+            stream.close()
         return projector
 
     # -- listing ---------------------------------------------------------------------------------
@@ -347,6 +374,22 @@ def _holds_a_task(session: Session) -> bool:
     """An interrupted task waits in this session for the client's next message."""
     state = session.find_front_state(A2AContext)
     return state is not None and bool(state.held)
+
+
+def _keep_sent(session: Session, projector: TaskProjector, key: str, msg: s.Message) -> None:
+    """The client's message as sent, for the task's history: stored with the session and
+    known to the projector (which may hold a copy read back from the store)."""
+    task = session.front_state(A2AContext).task(projector.task_id)
+    task.keep_sent(key, msg)
+    if key in task.sent:
+        projector.sent[key] = msg
+
+
+def _client_meta(msg: s.Message) -> dict[str, Any] | None:
+    """The client's own `metadata` and `extensions` of its message (a2a.proto `Message`), as
+    `TurnStarted.meta`: a back that speaks A2A sends them on (bridge/codecs/a2a.py `user_message`)."""
+    meta = {k: v for k, v in (("metadata", msg.metadata), ("extensions", msg.extensions)) if v}
+    return meta or None
 
 
 def _accepts(modes: list[str]) -> bool:
