@@ -84,6 +84,10 @@ async def main() -> int:
         async with spawn_agent_process(
             ed, command[0], *command[1:], env=dict(os.environ), cwd=ed.cwd,
             transport_kwargs={"stderr": stderr}, observers=[ed._observe],
+            # agent-client-protocol 0.12 serves `elicitation/create` (ACP RFD "Elicitation",
+            # still unstable in the schema) only with this flag; without it the SDK answers
+            # the bridge's form with -32601 Method not found, even though we declare it.
+            use_unstable_protocol=True,
         ) as (conn, _process):  # fmt: skip
             ed.conn = conn
             caps = ClientCapabilities(elicitation=ElicitationCapabilities(form={}))
