@@ -11,16 +11,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -29,6 +24,7 @@ from typing import Any
 
 import pytest
 import trio
+from npm_support import node_exe, npm_ci
 
 TESTS = Path(__file__).resolve().parent
 PEERS = TESTS / "peers"
@@ -91,26 +87,10 @@ async def wait_gone(mark: str | None = None, pids: list[int] = (), timeout: floa
 
 def ensure_ts_agent() -> list[str]:
     """node and the example agent of the pinned SDK (`npm ci` from the lockfile once)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail(
-            f"node and npm are required for the TypeScript ACP agent tests (node: {node or 'missing'}, "
-            f"npm: {npm or 'missing'}); install Node.js 20 or newer",
-            pytrace=False,
-        )
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    if int(re.match(r"v(\d+)", version).group(1)) < 20:  # type: ignore[union-attr]
-        pytest.fail(f"{TS_SDK} needs Node.js 20 or newer, found {version}", pytrace=False)
-    pinned = json.loads((TS_AGENT_DIR / "package.json").read_text())["dependencies"][TS_SDK]
-    manifest = TS_AGENT_DIR / "node_modules" / TS_SDK / "package.json"
-    lock = Path(tempfile.gettempdir()) / f"agent-bridge-npm-ci-{zlib.crc32(str(TS_AGENT_DIR).encode()):08x}.lock"
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        if not manifest.exists() or json.loads(manifest.read_text())["version"] != pinned or not TS_EXAMPLE.exists():
-            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=TS_AGENT_DIR, capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                pytest.fail(f"npm ci in {TS_AGENT_DIR} failed:\n{done.stderr[-3000:]}", pytrace=False)
+    node = node_exe()
+    npm_ci(TS_AGENT_DIR)
     if not TS_EXAMPLE.exists():
+        pinned = json.loads((TS_AGENT_DIR / "package.json").read_text())["dependencies"][TS_SDK]
         pytest.fail(f"{TS_SDK}@{pinned} does not ship {TS_EXAMPLE.relative_to(TS_AGENT_DIR)}", pytrace=False)
     return [node, str(TS_EXAMPLE)]
 
