@@ -20,10 +20,11 @@ import trio
 
 from tests.daemon_support import base_config, start_daemon, toml
 from tests.matrix.backs import ROWS, bridge_env, bridge_exe
-from tests.matrix.drivers import DRIVERS, Run
+from tests.matrix.drivers import A2A_JS_CLIENT, DRIVERS, Run
 from tests.matrix.expect import diff, expected
 from tests.matrix.fronts import FRONTS
 from tests.matrix.kinds import KINDS
+from tests.npm_support import npm_ci
 
 PAIRS = [(f, b) for f in FRONTS for b in ROWS]
 CONCURRENT_PAIRS = 4
@@ -59,6 +60,7 @@ async def _run_all(tmp: Path) -> dict[tuple[str, str], Any]:
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]:
+    npm_ci(A2A_JS_CLIENT)  # the @a2a-js/sdk column's node client, from its lockfile
     return trio.run(_run_all, tmp_path_factory.mktemp("matrix"))
 
 

@@ -3,12 +3,15 @@
 
 Questions are answered per `Kind.answer`; a cancel follows the first chunk with the
 protocol's own cancel (ACP session/cancel, A2A CancelTask, chat:stop, MCP
-notifications/cancelled).
+notifications/cancelled, Ctrl-C for `agent-bridge ask`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,11 +21,15 @@ import msgspec
 import trio
 
 from tests.daemon_support import PEERS, Daemon
+from tests.npm_support import node_exe
 from tests.matrix.fold import fold_acp, fold_ws
 from tests.matrix.fold_a2a import fold_a2a, fold_mcp
+from tests.matrix.fold_ask import fold_ask
 from tests.matrix.kinds import Kind, Seen
 
-__all__ = ["DRIVERS", "Run"]
+__all__ = ["A2A_JS_CLIENT", "DRIVERS", "Run"]
+
+A2A_JS_CLIENT = PEERS / "a2a_js_client"
 
 
 class Run(msgspec.Struct):
@@ -151,6 +158,72 @@ async def mcp(run: Run, route: str, kinds: list[Kind]) -> Result:
     return out
 
 
+def _a2a_js(binding: str) -> Callable[[Run, str, list[Kind]], Awaitable[Result]]:
+    """@a2a-js/sdk's client (node, tests/peers/a2a_js_client; its npm ci ran before the matrix)."""
+
+    async def drive(run: Run, route: str, kinds: list[Kind]) -> Result:
+        opts = {"url": run.daemon.url, "route": route, "binding": binding, "kinds": _plan(kinds)}
+        proc = await trio.run_process([node_exe(), str(A2A_JS_CLIENT / "client.mjs"), json.dumps(opts)], capture_stdout=True,
+                                      capture_stderr=True, check=False, env=run.env)  # fmt: skip
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            report = {"crash": f"exit {proc.returncode}: {proc.stderr.decode(errors='replace')[-3000:]}"}
+        return _folded(report, kinds, fold_a2a)
+
+    return drive
+
+
+_POLICY = {"allow_once": "allow", "reject_once": "reject"}  # `ask --answer`: by option kind, else the first option
+
+
+async def _ask_one(run: Run, route: str, k: Kind) -> Seen | str:
+    """One `agent-bridge ask` with stdout on a pseudo-terminal (what a user sees) and stderr on a pipe."""
+    cmd = [*run.exe, "ask", route, k.prompt, "--config", str(run.config), "--state-dir", str(run.tmp / f"ask-{route}-{k.name}")]
+    if k.answer is not None:
+        cmd += ["--answer", _POLICY.get(k.answer.option_kind or "", "first")]
+    master, slave = os.openpty()
+    try:
+        proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=run.env)
+    finally:
+        os.close(slave)
+    out, err = bytearray(), bytearray()
+
+    async def terminal() -> None:
+        async with trio.lowlevel.FdStream(master) as pty:
+            while True:
+                try:
+                    chunk = await pty.receive_some()
+                except trio.BrokenResourceError:  # EIO: the last writer closed the terminal
+                    return
+                if not chunk:
+                    return
+                out.extend(chunk)
+                if k.cancel_after_first_chunk and b"tick" in out and proc.returncode is None:
+                    proc.send_signal(signal.SIGINT)  # Ctrl-C once the first chunk is shown
+
+    async def errors() -> None:
+        assert proc.stderr is not None
+        while chunk := await proc.stderr.receive_some():
+            err.extend(chunk)
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(terminal)
+                nursery.start_soon(errors)
+                await proc.wait()
+    except trio.TooSlowError:
+        proc.kill()
+        return f"not done in 60 s: {out.decode(errors='replace')[-2000:]} {err.decode(errors='replace')[-2000:]}"
+    return fold_ask(out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+async def ask(run: Run, route: str, kinds: list[Kind]) -> Result:
+    """The `agent-bridge ask` CLI, one process per kind (it runs the route in-process, from the daemon's config)."""
+    return {k.name: await _ask_one(run, route, k) for k in kinds}
+
+
 DRIVERS: dict[str, Callable[[Run, str, list[Kind]], Awaitable[Result]]] = {
     "acp_stdio": acp_stdio,
     "acp_socket": acp_socket,
@@ -159,4 +232,7 @@ DRIVERS: dict[str, Callable[[Run, str, list[Kind]], Awaitable[Result]]] = {
     "a2a_rest": _a2a("HTTP+JSON", "1.0"),
     "a2a_v03": _a2a("JSONRPC", "0.3"),
     "mcp": mcp,
+    "ask": ask,
+    "a2a_js_jsonrpc": _a2a_js("JSONRPC"),
+    "a2a_js_rest": _a2a_js("HTTP+JSON"),
 }

@@ -10,10 +10,10 @@ import json
 
 import msgspec
 
-from tests.matrix.kinds import Asked, Seen
+from tests.matrix.kinds import BY_NAME, Asked, Seen
 from tests.matrix.rows import Carry, Degraded, Full
 
-__all__ = ["FRONTS", "FrontColumn", "as_choice", "data_as_text", "progress_as_thought", "without", "tools_without"]
+__all__ = ["FRONTS", "FrontColumn", "as_choice", "as_labels", "data_as_text", "progress_as_thought", "without", "tools_without"]
 
 
 class FrontColumn(msgspec.Struct, frozen=True):
@@ -109,6 +109,43 @@ _MCP = {
     "usage": Degraded("a tool result has no usage report", without(usage=False)),
 }
 
+
+def as_labels(s: Seen) -> Seen:
+    """A question shown as its prompt and numbered labels: no option kinds, no tool call."""
+    return msgspec.structs.replace(s, asked=tuple(
+        Asked(kind="choice", prompt=a.prompt, options=tuple(msgspec.structs.replace(o, kind=None) for o in a.options))
+        for a in s.asked))  # fmt: skip
+
+
+def tool_lines(s: Seen) -> Seen:
+    """Tool calls as terminal lines: status, title, kind, the text on one line (⏎, 120 characters)."""
+    return msgspec.structs.replace(s, tools=tuple(
+        msgspec.structs.replace(t, locations=(), diffs=(), text=t.text.strip().replace("\n", " ⏎ ")[:120]) for t in s.tools))  # fmt: skip
+
+
+def first_option(s: Seen) -> Seen:
+    """The choice answered with its first option only (the demo's reply names what was chosen)."""
+    answer = BY_NAME["question"].answer
+    assert answer is not None and answer.text
+    return msgspec.structs.replace(s, text=s.text.replace(", ".join((*answer.selected, answer.text)), answer.selected[0]))
+
+
+_ASK_TOOL = "one line per tool call and update: status, title, kind, its text on one line (⏎, 120 characters); a diff named, not shown; no locations"
+_ASK_ASKED = "the prompt and numbered labels (no option kinds); `--answer allow|reject` answers by kind"
+_ASK = {
+    "thought": Full("dimmed"),
+    "tool": Degraded(_ASK_TOOL, tool_lines),
+    "permission_allow_diff": Degraded(f"{_ASK_ASKED}; {_ASK_TOOL}", both(as_labels, tool_lines)),
+    "permission_reject": Degraded(f"{_ASK_ASKED}; {_ASK_TOOL}", both(as_labels, tool_lines)),
+    "question": Degraded("numbered labels; without a terminal `--answer first` picks the first option (typed at a terminal: "
+                         "numbers or free text, not both)", both(as_labels, first_option)),  # fmt: skip
+    "subagent": Degraded("the sub-agent's lines marked ↳; " + _ASK_TOOL, tool_lines),
+    "data": Degraded("pretty-printed JSON on stdout (a terminal has no structured values)", data_as_text),
+    "files": Degraded("a one-line placeholder per image or link", lambda s: msgspec.structs.replace(s, files=tuple((k, "") for k, _ in s.files))),
+    "progress": Full("a dim status line on stderr, never in the answer"),
+    "cancel": Full("Ctrl-C (SIGINT) cancels the turn"),
+}
+
 FRONTS: tuple[FrontColumn, ...] = (
     FrontColumn("acp_stdio", "ACP over stdio (official Python SDK)", _ACP),
     FrontColumn("acp_socket", "ACP over the daemon's socket (`--connect`)", _ACP),
@@ -117,6 +154,9 @@ FRONTS: tuple[FrontColumn, ...] = (
     FrontColumn("a2a_rest", "A2A 1.0 HTTP+JSON (a2a-sdk)", _A2A),
     FrontColumn("a2a_v03", "A2A 0.3 (a2a-sdk)", _A2A),
     FrontColumn("mcp", "MCP route tool (`mcp` SDK)", _MCP),
+    FrontColumn("ask", "`agent-bridge ask` (terminal)", _ASK),
+    FrontColumn("a2a_js_jsonrpc", "A2A 1.0 JSON-RPC (@a2a-js/sdk)", _A2A),
+    FrontColumn("a2a_js_rest", "A2A 1.0 HTTP+JSON (@a2a-js/sdk)", _A2A),
 )
 
 
