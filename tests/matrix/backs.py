@@ -42,7 +42,7 @@ class DemoRow:
         yield f'back = {{ kind = "demo", chunk_delay_s = 0.0, slow_duration_s = {SLOW_S} }}\n'
 
 
-_CHAT_TOOL = "the chat stream carries a tool's name, title and result text: kinds come back from the names, locations and diffs are lost"
+_CHAT_TOOL = "the chat stream carries a tool's name, title and result (text, or items with diffs): kinds come back from the names, locations are lost"
 
 
 class ChatWsRow:
@@ -51,10 +51,10 @@ class ChatWsRow:
     name = "chat_ws"
     title = '`chat` `dialect = "ws"` (another agent-bridge\'s `/ws`, serving the demo)'
     carries: dict[str, Carry] = {
-        "tool": Degraded(_CHAT_TOOL, tools_without("locations", "diffs")),
-        "permission_allow_diff": Degraded(_CHAT_TOOL, tools_without("locations", "diffs")),
-        "permission_reject": Degraded(_CHAT_TOOL, tools_without("locations", "diffs")),
-        "subagent": Degraded(_CHAT_TOOL, tools_without("locations", "diffs")),
+        "tool": Degraded(_CHAT_TOOL, tools_without("locations")),
+        "permission_allow_diff": Degraded(_CHAT_TOOL, tools_without("locations")),
+        "permission_reject": Degraded(_CHAT_TOOL, tools_without("locations")),
+        "subagent": Degraded(_CHAT_TOOL, tools_without("locations")),
         "data": Degraded("the chat stream has no data item: JSON text", data_as_text),
         "progress": Degraded("the chat stream has no status item: a thought", progress_as_thought),
     }

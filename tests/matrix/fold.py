@@ -164,8 +164,11 @@ def fold_ws(frames: list[dict[str, Any]]) -> Seen:
             elif d["patch_type"] == "set_tool_status" and p["tool_call_id"] in tools.order:
                 tools.update(p["tool_call_id"], status=_WS_STATUS.get(p["status"], p["status"]))
             elif d["patch_type"] == "tool_result" and p["tool_call_id"] in tools.order:
-                result = p.get("result")
-                tools.update(p["tool_call_id"], status=_WS_STATUS.get(p.get("status"), p.get("status")), text=result if isinstance(result, str) else None)
+                result = p.get("result")  # a text, or items: text, diff (path, old_text, new_text), terminal
+                items = result if isinstance(result, list) else []
+                text = result if isinstance(result, str) else "".join(str(i.get("text", "")) for i in items if i.get("type") == "text")
+                diffs = tuple((i["path"], i.get("old_text"), i["new_text"]) for i in items if i.get("type") == "diff")
+                tools.update(p["tool_call_id"], status=_WS_STATUS.get(p.get("status"), p.get("status")), text=text or None, diffs=diffs or None)
         elif ev == "system:error":
             seen.error = (seen.error or "") + str(d.get("message"))
         elif ev == "chat:end":

@@ -82,13 +82,13 @@ _A2A = {
     "usage": Degraded("A2A has no usage report", without(usage=False)),
 }
 
-_WS_TOOL = "the chat stream's tool calls have a name, a title, arguments and a result text: no kind, locations or diffs"
+_WS_TOOL = "the chat stream's tool calls have a name, a title, arguments and a result (a text, or items with diffs): no kind or locations"
 _WS = {
-    "tool": Degraded(_WS_TOOL, tools_without("kind", "locations", "diffs")),
+    "tool": Degraded(_WS_TOOL, tools_without("kind", "locations")),
     "permission_allow_diff": Degraded("AskUserQuestion: a choice of labels, without option kinds or the tool call; " + _WS_TOOL,
-                                      both(as_choice, tools_without("kind", "locations", "diffs"))),  # fmt: skip
-    "permission_reject": Degraded("AskUserQuestion (labels only); " + _WS_TOOL, both(as_choice, tools_without("kind", "locations", "diffs"))),
-    "subagent": Degraded("forks as child turns; " + _WS_TOOL, tools_without("kind", "locations", "diffs")),
+                                      both(as_choice, tools_without("kind", "locations"))),  # fmt: skip
+    "permission_reject": Degraded("AskUserQuestion (labels only); " + _WS_TOOL, both(as_choice, tools_without("kind", "locations"))),
+    "subagent": Degraded("forks as child turns; " + _WS_TOOL, tools_without("kind", "locations")),
     "data": Degraded("no data item: a text item with the JSON text (a headless run's `chat:end` result carries it as output)", data_as_text),
     "progress": Degraded("no status item: a `thinking` item", progress_as_thought),
 }
