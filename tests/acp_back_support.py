@@ -22,9 +22,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
-
-from npm_support import node_for, npm_ci
+from npm_support import node_exe, npm_ci
 
 TESTS = Path(__file__).resolve().parent
 PEERS = TESTS / "peers"
@@ -87,8 +87,11 @@ async def wait_gone(mark: str | None = None, pids: list[int] = (), timeout: floa
 
 def ensure_ts_agent() -> list[str]:
     """node and the example agent of the pinned SDK (`npm ci` from the lockfile once)."""
-    node = node_for(f"the TypeScript ACP agent tests ({TS_SDK})")
-    npm_ci(TS_AGENT_DIR, TS_SDK, TS_EXAMPLE)
+    node = node_exe()
+    npm_ci(TS_AGENT_DIR)
+    if not TS_EXAMPLE.exists():
+        pinned = json.loads((TS_AGENT_DIR / "package.json").read_text())["dependencies"][TS_SDK]
+        pytest.fail(f"{TS_SDK}@{pinned} does not ship {TS_EXAMPLE.relative_to(TS_AGENT_DIR)}", pytrace=False)
     return [node, str(TS_EXAMPLE)]
 
 

@@ -213,7 +213,7 @@ async def start_daemon(
     bridge_exe: list[str],
     tmp_path: Path,
     env: dict[str, str],
-    config: dict[str, Any],
+    config: dict[str, Any] | str,
     *,
     args: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
@@ -222,7 +222,7 @@ async def start_daemon(
     pass_fds: tuple[int, ...] = (),
 ) -> AsyncIterator[Daemon]:
     path = tmp_path / f"{name}.toml"
-    path.write_text(toml(config))
+    path.write_text(config if isinstance(config, str) else toml(config))  # a str: TOML as is
     log = tmp_path / f"{name}.log"
     command = [*(wrapper or []), *bridge_exe, "serve", "--config", str(path), "--state-dir", str(tmp_path / "state"), *args]
     with log.open("ab") as err:

@@ -1,5 +1,10 @@
-"""The test peers that run on node: Node.js found, and a peer's pinned npm packages
-installed from its lockfile (`npm ci`, once, under a file lock shared by parallel runs)."""
+"""Node test peers: node itself, and a peer directory's npm dependencies from its committed lockfile.
+
+`npm_ci(dir)` runs `npm ci` in `dir` when its node_modules do not hold exactly the
+versions its package.json pins, one `npm ci` per directory at a time (pytest sessions
+sharing a checkout take a file lock). Node 20+ and npm are required: without them the
+tests that need them fail, they do not skip.
+"""
 
 from __future__ import annotations
 
@@ -14,38 +19,49 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["node_for", "npm_ci"]
+__all__ = ["node_exe", "npm_ci"]
+
+NODE_MAJOR = 20
 
 
-def node_for(what: str) -> str:
-    """node (20 or newer) and npm, or the test fails saying what needs them."""
+def node_exe() -> str:
+    """node's path, failing the test when node (20 or newer) or npm is missing."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if not node or not npm:
         pytest.fail(
-            f"node and npm are required for {what} (node: {node or 'missing'}, npm: {npm or 'missing'}); "
-            "install Node.js 20 or newer",
+            f"node and npm are required for the Node.js SDK peers (node: {node or 'missing'}, npm: {npm or 'missing'}); "
+            f"install Node.js {NODE_MAJOR} or newer",
             pytrace=False,
         )
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    if int(re.match(r"v(\d+)", version).group(1)) < 20:  # type: ignore[union-attr]
-        pytest.fail(f"{what} needs Node.js 20 or newer, found {version}", pytrace=False)
+    if int(re.match(r"v(\d+)", version).group(1)) < NODE_MAJOR:  # type: ignore[union-attr]
+        pytest.fail(f"the Node.js SDK peers need Node.js {NODE_MAJOR} or newer, found {version} at {node}", pytrace=False)
     return node
 
 
-def npm_ci(peer: Path, package: str, *needed: Path) -> None:
-    """`npm ci` in `peer` unless `package` is installed at the version package.json pins
-    and every `needed` file exists."""
-    npm = shutil.which("npm") or "npm"
-    pinned = json.loads((peer / "package.json").read_text())["dependencies"][package]
-    manifest = peer / "node_modules" / package / "package.json"
-    lock = Path(tempfile.gettempdir()) / f"agent-bridge-npm-ci-{zlib.crc32(str(peer).encode()):08x}.lock"
+def _stale(dir: Path) -> list[str]:
+    """The direct dependencies whose installed version is not the one the lockfile pins."""
+    names = json.loads((dir / "package.json").read_text()).get("dependencies", {})
+    locked = json.loads((dir / "package-lock.json").read_text())["packages"]
+    out = []
+    for name in names:
+        version = locked[f"node_modules/{name}"]["version"]
+        manifest = dir / "node_modules" / name / "package.json"
+        if not manifest.exists() or json.loads(manifest.read_text()).get("version") != version:
+            out.append(f"{name}@{version}")
+    return out
+
+
+def npm_ci(dir: Path) -> None:
+    """`dir`'s dependencies installed from its lockfile (`npm ci`, once, under a lock)."""
+    node_exe()
+    npm = shutil.which("npm")
+    lock = Path(tempfile.gettempdir()) / f"agent-bridge-npm-ci-{zlib.crc32(str(dir).encode()):08x}.lock"
     with open(lock, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        ready = manifest.exists() and json.loads(manifest.read_text())["version"] == pinned
-        if not ready or not all(p.exists() for p in needed):
-            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=peer, capture_output=True, text=True, timeout=600)
+        if _stale(dir):
+            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dir, capture_output=True, text=True, timeout=600)  # type: ignore[list-item]
             if done.returncode != 0:
-                pytest.fail(f"npm ci in {peer} failed:\n{done.stderr[-3000:]}", pytrace=False)
-    missing = [str(p.relative_to(peer)) for p in needed if not p.exists()]
-    if missing:
-        pytest.fail(f"{package}@{pinned} does not ship {', '.join(missing)}", pytrace=False)
+                pytest.fail(f"npm ci in {dir.name} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}", pytrace=False)
+        if left := _stale(dir):
+            pytest.fail(f"npm ci in {dir.name} left {left} not installed as package.json pins", pytrace=False)

@@ -13,22 +13,16 @@ not skip. The node dependencies come from the committed lockfile (`npm ci`).
 
 from __future__ import annotations
 
-import fcntl
 import json
-import re
-import shutil
-import subprocess
-import tempfile
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from npm_support import node_exe, npm_ci
 
 PEER = Path(__file__).resolve().parent / "peers" / "ts"
 CLIENT = PEER / "client.mjs"
-SDK = "@agentclientprotocol/sdk"
 CEILING_S = 60  # per test; a scenario takes about a second
 
 REQUIRED_KINDS = {
@@ -45,44 +39,11 @@ REQUIRED_KINDS = {
 # -- node side -------------------------------------------------------------------------------
 
 
-def _pinned_sdk_version() -> str:
-    return json.loads((PEER / "package.json").read_text())["dependencies"][SDK]
-
-
-def _installed_sdk_version() -> str | None:
-    manifest = PEER / "node_modules" / SDK / "package.json"
-    return json.loads(manifest.read_text())["version"] if manifest.exists() else None
-
-
 @pytest.fixture(scope="session")
 def node() -> str:
     """node, with the peer's dependencies installed from the lockfile (once per session)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail(
-            "node and npm are required for the TypeScript ACP SDK end-to-end tests "
-            f"(node: {node or 'missing'}, npm: {npm or 'missing'}); install Node.js 20 or newer",
-            pytrace=False,
-        )
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    major = int(re.match(r"v(\d+)", version).group(1))  # type: ignore[union-attr]
-    if major < 20:
-        pytest.fail(f"{SDK} needs Node.js 20 or newer, found {version} at {node}", pytrace=False)
-
-    pinned = _pinned_sdk_version()
-    # Other pytest sessions may share this checkout: one `npm ci` at a time.
-    lock = Path(tempfile.gettempdir()) / f"agent-bridge-npm-ci-{zlib.crc32(str(PEER).encode()):08x}.lock"
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        if _installed_sdk_version() != pinned:
-            done = subprocess.run(
-                [npm, "ci", "--no-audit", "--no-fund"], cwd=PEER, capture_output=True, text=True, timeout=600
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm ci in {PEER} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}", pytrace=False)
-    installed = _installed_sdk_version()
-    if installed != pinned:
-        pytest.fail(f"npm ci left {SDK} {installed}, package.json pins {pinned}", pytrace=False)
+    node = node_exe()
+    npm_ci(PEER)
     return node
 
 

@@ -26,11 +26,10 @@ import trio
 
 from tests.matrix.kinds import COLOURS, KINDS, PERMISSION, Option, Seen
 from tests.matrix.rows import BackRow, Carry, Degraded, Full
-from tests.npm_support import node_for, npm_ci
+from tests.npm_support import node_exe, npm_ci
 
 PEERS = Path(__file__).resolve().parents[1] / "peers"
 A2A_JS = PEERS / "a2a_js_agent"
-A2A_JS_SDK = "@a2a-js/sdk"
 
 
 class PeerRow(msgspec.Struct, frozen=True):
@@ -178,8 +177,8 @@ async def _chat_sio(tmp: Path) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def _a2a_js(tmp: Path) -> AsyncIterator[str]:
-    node = node_for(f"the A2A agent on {A2A_JS_SDK}")
-    await trio.to_thread.run_sync(npm_ci, A2A_JS, A2A_JS_SDK)
+    node = node_exe()
+    await trio.to_thread.run_sync(npm_ci, A2A_JS)
     async with serve_peer([node, str(A2A_JS / "agent.mjs")], tmp / "a2a_js.log") as port:
         yield f'back = {{ kind = "a2a", url = "http://127.0.0.1:{port}" }}\n'
 
