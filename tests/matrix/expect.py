@@ -31,9 +31,22 @@ def expected(front: FrontColumn, back: BackRow, kind: Kind) -> Seen | None:
     return seen
 
 
+def _json_suffix(text: str) -> tuple[Any, str] | None:
+    """A JSON object or array that ends the text (a headless result comes last), and the rest."""
+    for i in (i for i, c in enumerate(text) if c in "{["):
+        try:
+            value, end = json.JSONDecoder().raw_decode(text, i)
+        except ValueError:
+            continue
+        if end == len(text):
+            return value, text[:i]
+    return None
+
+
 def _canon_text(text: str) -> str:
-    """A JSON value at the start of the text in one canonical form (formatting is free)."""
-    got = json_prefix(text)
+    """A JSON value at the start (or the end) of the text, first and in one canonical form:
+    its formatting, and where in the run a data item falls, are free."""
+    got = json_prefix(text) or _json_suffix(text.rstrip())
     if got is None:
         return text
     return json.dumps(got[0], sort_keys=True) + "\n" + got[1]

@@ -29,6 +29,12 @@ class Tools:
             return f"unknown:{tool_id}"
         return f"tool#{list(self.order).index(tool_id) + 1}"
 
+    def asked_about(self, tool_id: str | None) -> str | None:
+        """The tool call a permission is about; None for one the turn never showed (ACP's
+        request must name a tool call, so the bridge names the question for one that is
+        about none, e.g. an A2A agent's INPUT_REQUIRED)."""
+        return self.ref(tool_id) if tool_id in self.order else None
+
     def update(self, tool_id: str, **fields: Any) -> None:
         t = self.order.setdefault(tool_id, {"title": "", "kind": "", "status": "", "locations": (), "diffs": (), "text": "", "parent": None})
         t.update({k: v for k, v in fields.items() if v is not None})
@@ -120,7 +126,7 @@ def fold_acp(report: dict[str, Any]) -> Seen:
             seen.usage = True
     asked = [
         Asked(kind="permission", prompt="", options=tuple(Option(o["optionId"], o["name"], o.get("kind")) for o in p["options"]),
-              tool=tools.ref(p["toolCall"].get("toolCallId")))  # fmt: skip
+              tool=tools.asked_about(p["toolCall"].get("toolCallId")))  # fmt: skip
         for p in report.get("permissions", [])
     ]
     asked += [form_asked(e, tools) for e in report.get("elicitations", [])]

@@ -48,6 +48,10 @@ def as_choice(s: Seen) -> Seen:
               multi_select=a.multi_select, allow_text=True) for a in s.asked))  # fmt: skip
 
 
+def without_free_text(s: Seen) -> Seen:
+    return msgspec.structs.replace(s, asked=tuple(msgspec.structs.replace(a, allow_text=False) for a in s.asked))
+
+
 def data_as_text(s: Seen) -> Seen:
     """Structured values shown as their JSON text before the answer (any JSON formatting)."""
     if not s.data:
@@ -98,13 +102,15 @@ _MCP = {
     "thought": Degraded(_MCP_DROPS + ": no thoughts", without(thought="")),
     "plan": Degraded(_MCP_DROPS + ": no plan", without(plan=None)),
     "tool": Degraded(_MCP_DROPS + ": no tool calls", without(tools=())),
-    "permission_allow_diff": Degraded("asked with `elicitation/create` (a form of labels: no kinds, no tool call); no tool calls",
-                                      both(without(tools=()), as_choice)),  # fmt: skip
-    "permission_reject": Degraded("asked with `elicitation/create` (labels only); no tool calls", both(without(tools=()), as_choice)),
+    "permission_allow_diff": Degraded("asked with `elicitation/create` (a form of labels: no kinds, no tool call, no free text); no tool calls",
+                                      both(without(tools=()), as_choice, without_free_text)),  # fmt: skip
+    "permission_reject": Degraded("asked with `elicitation/create` (labels only); no tool calls",
+                                  both(without(tools=()), as_choice, without_free_text)),  # fmt: skip
     "question": Full("`elicitation/create` (form) when the client declares elicitation"),
     "subagent": Degraded(_MCP_DROPS + ": no sub-agent, tools or thoughts", without(tools=(), thought="", children={})),
     "data": Full("`structuredContent`, and its JSON text"),
-    "progress": Degraded("not in the result: `notifications/progress` when the call has a progressToken", without(progress="")),
+    # A back that delivers progress as thinking (the chat stream) loses it here too: no thoughts.
+    "progress": Degraded("not in the result: `notifications/progress` when the call has a progressToken", without(progress="", thought="")),
     "cancel": Degraded("`notifications/cancelled`: the cancelled call gets no result", without(text="")),
     "usage": Degraded("a tool result has no usage report", without(usage=False)),
 }

@@ -106,7 +106,13 @@ def _no_usage(table: dict[str, Carry], reason: str) -> dict[str, Carry]:
     return out
 
 
+_ACP_PERMISSION = Degraded(
+    "ACP's `session/request_permission` has no question text: a front that shows one shows the tool call's title.",
+    _seen(asked=(msgspec.structs.replace(PERMISSION, prompt="Edit notes.txt"),)),
+)
 ACP_CARRIES: dict[str, Carry] = {
+    "permission_allow_diff": _ACP_PERMISSION,
+    "permission_reject": _ACP_PERMISSION,
     "question": Full("`elicitation/create` (form): a multi-select field and a free-text field"),
     "subagent": Full("ACP v1 has no sub-agents: updates carry `_meta.agentBridge.parentToolCallId`"),
     "data": Full("an embedded `application/json` resource"),

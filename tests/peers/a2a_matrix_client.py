@@ -20,6 +20,20 @@ from a2a.types import a2a_pb2 as pb
 from a2a_client import Ctx, d, error
 
 
+def _whole(value: Any) -> Any:
+    """a2a-sdk parses a data part into a protobuf Struct, whose numbers are all doubles, so
+    any a2a-sdk client reads the bridge's 42 as 42.0. The wire carries 42
+    (tests/test_e2e_a2a_fidelity.py reads the raw bytes; the @a2a-js columns see it too),
+    so a whole double is read back as the integer it was."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
 def _answer(question: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
     data = next((p["data"] for p in (question.get("parts") or []) if isinstance(p.get("data"), dict)), {})
     options = data.get("options") or []
@@ -41,7 +55,7 @@ async def run_kind(ctx: Ctx, kind: dict[str, Any]) -> dict[str, Any]:
     for _round in range(4):
         waiting = None
         async for ev in client.send_message(pb.SendMessageRequest(message=message)):
-            e = d(ev)
+            e = _whole(d(ev))
             events.append(e)
             task_id = (e.get("task") or e.get("statusUpdate") or e.get("artifactUpdate") or {}).get("taskId") or e.get("task", {}).get("id")
             if kind.get("cancel") and cancel is None and "artifactUpdate" in e:
