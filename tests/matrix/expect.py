@@ -39,7 +39,7 @@ def _json_suffix(text: str) -> tuple[Any, str] | None:
         except ValueError:
             continue
         if end == len(text):
-            return value, text[:i]
+            return value, text[:i].rstrip("\n")
     return None
 
 
