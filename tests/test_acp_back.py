@@ -332,6 +332,47 @@ async def test_cancel_while_a_permission_is_pending(tmp_path: Path) -> None:
         await wait_gone(tag)
 
 
+async def test_an_agents_form_question_is_asked_and_answered_declined_or_cancelled(tmp_path: Path) -> None:
+    """The agent's `elicitation/create` (form) reaches the session as a choice; the answer
+    goes back in its field names; a declined question and a cancelled turn too."""
+    tag = marker()
+    matrix = {"back": {"kind": "acp", "command": [sys.executable, str(PEERS / "acp_agent_matrix.py"), "--tag", tag]}}
+    with trio.fail_after(CEILING_S):
+        async with runtime({"m": matrix, "sdk": route(tag)}) as m:
+            caps = await m.create("sdk", cwd=str(tmp_path))
+            rec = Recorder(caps)
+            assert (await turn(caps, "caps")).stop_reason is ev.StopReason.END_TURN
+            assert '"elicitation": {"form": {}}' in rec.text()  # declared, form only
+
+            s = await m.create("m", cwd=str(tmp_path))
+            rec = Recorder(s)
+
+            async def asked(text: str) -> tuple[Any, ev.Question]:
+                before = len(rec.of(ev.QuestionAsked))
+                t = s.start_turn([TextContent(text=text)])
+                while len(rec.of(ev.QuestionAsked)) == before:
+                    await trio.sleep(0.01)
+                return t, rec.of(ev.QuestionAsked)[-1].question
+
+            t, q = await asked("choose: hello")
+            assert (q.kind, q.prompt, q.header, q.multi_select, q.allow_text) == ("choice", "Which colours do you like?", "Colours", True, True)
+            assert [(o.id, o.label) for o in q.options] == [("red", "Red"), ("green", "Green"), ("blue", "Blue")]
+            s.answer(q.id, selected=["red", "blue"], text="teal")
+            assert (await t.wait()).stop_reason is ev.StopReason.END_TURN
+            assert rec.text() == "You chose: Red, Blue, teal. You said: hello"
+
+            t, q = await asked("choose: again")
+            s.answer(q.id, cancelled=True)  # declined: the agent goes on without an answer
+            assert (await t.wait()).stop_reason is ev.StopReason.END_TURN
+            assert rec.text().endswith("teal. You said: hello" + "You said: again")
+
+            t, q = await asked("choose: never")
+            s.cancel()  # the agent hears `cancel` and ends its turn cancelled
+            assert (await t.wait()).stop_reason is ev.StopReason.CANCELLED
+            assert "never" not in rec.text()
+        await wait_gone(tag)
+
+
 async def test_cancel_against_an_agent_that_ignores_it_is_bounded(tmp_path: Path) -> None:
     tag = marker()
     with trio.fail_after(CEILING_S):

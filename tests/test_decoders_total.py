@@ -28,11 +28,12 @@ from bridge.codecs import a2a_client as a2a_wire  # Dialect, Binding, Interface 
 from bridge.codecs import a2a_server_rest as a2a_rest
 from bridge.codecs.a2a_answer import answer_for
 from bridge.codecs.acp import to_turn
+from bridge.codecs.acp_elicitation import content_of, question_of
 from bridge.codecs.chat_client import ChatFollower, subscribed_sequence
 from bridge.codecs.chat_reader import ChatReader
 from bridge.codecs.ndjson import LineReader, Oversized
-from bridge.core.events import Question, QuestionOption
-from bridge.errors import PeerError
+from bridge.core.events import Question, QuestionAnswered, QuestionOption
+from bridge.errors import InvalidParams, PeerError
 from bridge.schema import a2a as s
 from bridge.schema import acp
 from daemon_support import raw_ws
@@ -187,6 +188,7 @@ _ACP_PARAMS: dict[str, type] = {
     "$/cancel_request": acp.CancelRequestParams,
     "session/update": acp.SessionNotification,
     "session/request_permission": acp.RequestPermissionParams,
+    "elicitation/create": acp.ElicitationParams,
 }
 _ACP_SEEDS = [
     _compact({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}}),
@@ -228,6 +230,48 @@ def test_acp_frames_decode_to_a_message_or_a_json_rpc_error(line: bytes) -> None
         survives(params)
         if isinstance(params, acp.SessionNotification):
             survives(to_turn(params.update))
+        if isinstance(params, acp.ElicitationParams):
+            _elicited(params)
+
+
+# An agent's form question, as the matrix agent asks it (tests/peers/acp_agent_matrix.py).
+_ELICIT = {"sessionId": "s", "message": "Which colours do you like?", "mode": "form", "toolCallId": "t1", "requestedSchema": {
+    "type": "object", "required": ["choice"], "properties": {
+        "choice": {"type": "array", "title": "Colours", "items": {"anyOf": [{"const": "red", "title": "Red"}, {"const": "blue"}]}},
+        "other": {"type": "string", "title": "Other"}}}}  # fmt: skip
+_ELICIT_SEEDS = [
+    _compact(_ELICIT),
+    _compact({**_ELICIT, "requestedSchema": {"properties": {"pick": {"type": "string", "enum": ["a", "b"], "enumNames": ["A", "B"]}}}}),
+    _compact({**_ELICIT, "requestedSchema": {"properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}}}}),
+    _compact({"sessionId": "s", "message": "Sign in", "mode": "url", "elicitationId": "e", "url": "https://example.com/"}),
+]
+
+
+def _elicited(params: acp.ElicitationParams) -> None:
+    """An agent's elicitation is a question or the agent's InvalidParams; its answers encode."""
+    try:
+        asked = question_of("q", params)
+    except InvalidParams as exc:
+        assert jsonrpc.error_response(None, exc).error.code == -32602
+        return
+    survives(asked)
+    ids = [o.id for o in asked.question.options]
+    for answer in (
+        QuestionAnswered(question_id="q", selected=ids[:2], text="teal"),
+        QuestionAnswered(question_id="q", text="words", values={"name": "x", "other": 1}),
+    ):
+        survives(acp.ElicitationResult(action="accept", content=content_of(asked, answer)))
+
+
+@FUZZ
+@given(mutations(_ELICIT_SEEDS))
+def test_agent_elicitations_become_questions_or_invalid_params(body: bytes) -> None:
+    try:
+        params = jsonrpc.decode_params(msgspec.Raw(body), acp.ElicitationParams)
+    except PeerError as exc:
+        assert jsonrpc.error_response(None, exc).error.code in (-32700, -32602)
+        return
+    _elicited(params)
 
 
 @FUZZ

@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from acp_back_support import PY_AGENT, ensure_ts_agent, live_pids, marker, open_driver, pid_alive, wait_gone
+from acp_back_support import PEERS, PY_AGENT, ensure_ts_agent, live_pids, marker, open_driver, pid_alive, wait_gone
+from daemon_support import base_config, start_daemon
+from steps_support import DRIVER
 
 CEILING_S = 90
 
@@ -269,6 +272,58 @@ async def test_agent_with_a_bad_protocol_version_is_refused_clearly(tmp_path: Pa
             assert "protocolVersion 2" in msg and "ACP protocol version 1" in msg and "coder" in msg, msg
             await wait_gone(tag)  # the refused agent was ended at once
         await wait_gone(tag)
+
+
+async def test_an_agents_form_question_reaches_an_a2a_client_and_an_acp_editor(
+    tmp_path: Path, bridge_exe: list[str], clean_env: dict[str, str]
+) -> None:
+    """The matrix agent's `elicitation/create` (a multi-select and free text) through one
+    daemon: an A2A client (a2a-sdk) answers the INPUT_REQUIRED, an editor on the ACP SDK
+    that declares forms (through `agent-bridge acp --connect`) answers the form it is sent,
+    and declines it once; the agent hears each answer in its own field names."""
+    tag = marker()
+    routes = {"matrix": {"back": {"kind": "acp", "command": [sys.executable, str(PEERS / "acp_agent_matrix.py"), "--tag", tag]}}}
+    with trio.fail_after(CEILING_S):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, base_config(tmp_path, routes)) as d:
+            a2a_opts = {"url": d.url, "route": "matrix", "binding": "JSONRPC", "dialect": "1.0", "timeout_s": 30, "scenarios": [
+                ["ask", {"text": "choose: hello", "answer": None, "answer_data": {"selected": ["Red", "Blue"], "text": "teal"}}]]}  # fmt: skip
+            proc = await trio.run_process([sys.executable, str(PEERS / "a2a_client.py"), json.dumps(a2a_opts)],
+                                          capture_stdout=True, capture_stderr=True, check=False, env=clean_env)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+            ask = json.loads(proc.stdout)["results"]["ask"]
+            assert "traceback" not in ask, f"{ask}\n{d.log_text()[-3000:]}"
+            assert ask["first"]["state"] == "TASK_STATE_INPUT_REQUIRED", ask
+            question = ask["first"]["status_message"]["parts"][1]["data"]
+            assert question["multiSelect"] is True and question["allowText"] is True
+            assert [o["label"] for o in question["options"]] == ["Red", "Green", "Blue"]
+            assert ask["second"]["state"] == "TASK_STATE_COMPLETED", ask
+            assert ask["second"]["text"] == "You chose: Red, Blue, teal. You said: hello"
+
+            assert d.acp_socket is not None
+            steps = [
+                {"name": "choose", "prompt": "choose: hello", "form": {"choice": ["red", "blue"], "other": "teal"}},
+                {"name": "decline", "prompt": "choose: again", "form": "decline"},
+            ]
+            opts = {"steps": steps, "elicitation": True, "stderr": str(tmp_path / "shim.log"), "cwd": str(tmp_path), "timeout_s": 60}
+            shim = [*bridge_exe, "acp", "matrix", "--connect", d.acp_socket]
+            proc = await trio.run_process([sys.executable, str(DRIVER), json.dumps(opts), *shim],
+                                          capture_stdout=True, capture_stderr=True, check=False, env=clean_env)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+            r = json.loads(proc.stdout)
+            assert "crash" not in r and r["sdk_log"] == [], f"{r}\n{d.log_text()[-3000:]}"
+            choose, decline = r["steps"]
+            (form,) = choose["elicitations"]
+            assert form["message"] == "Which colours do you like?"
+            props = form["mode"]["requestedSchema"]["properties"]
+            assert props["choice"]["type"] == "array" and props["choice"]["title"] == "Colours"
+            assert [(c["const"], c["title"]) for c in props["choice"]["items"]["anyOf"]] == [("red", "Red"), ("green", "Green"), ("blue", "Blue")]
+            assert props["other"]["type"] == "string"
+            said = lambda step: "".join(c["content"].get("text", "") for c in step["chunks"])  # noqa: E731
+            assert choose["result"] == {"stopReason": "end_turn"} and said(choose) == "You chose: Red, Blue, teal. You said: hello"
+            assert len(decline["elicitations"]) == 1
+            assert decline["result"] == {"stopReason": "end_turn"} and said(decline) == "You said: again"
+            assert "Traceback" not in d.log_text()
+    await wait_gone(tag)
 
 
 # -- the TypeScript SDK's example agent --------------------------------------------------------

@@ -391,10 +391,13 @@ class RequestPermissionResult(_Acp):
 
 
 class ElicitationParams(_Acp):
+    """`elicitation/create` scoped to a session (ACP schema, `CreateElicitationRequest`):
+    form mode carries `requestedSchema`; other modes (`url`) are read only to refuse them."""
+
     session_id: str
     mode: str
     message: str
-    requested_schema: dict[str, Any]
+    requested_schema: dict[str, Any] | None = None
     tool_call_id: str | None = None
 
 

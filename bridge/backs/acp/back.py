@@ -7,11 +7,13 @@ its sessionId). `AcpSession.prompt` starts the agent if it is not running
 the agent advertises `loadSession`, its replay swallowed), sends `session/prompt`
 and streams every `session/update` into the canonical model until the stop reason.
 
-Requests from the agent (acp_requests.py):
+Requests from the agent (requests.py):
 - `session/request_permission` becomes a canonical permission Question with the
   agent's own options, unless the route's policy answers (`allow_read`, `deny`).
   A deny, a timeout or an editor that went away picks a reject option; only a
   cancelled turn answers `cancelled` (DESIGN.md, complaint 9).
+- `elicitation/create` (form mode, declared in `initialize`) becomes a canonical
+  choice or form Question (codecs/acp_elicitation.py); outside a turn it is declined.
 - `fs/*` and `terminal/*` go to the editor when an ACP front offers them
   (`SessionHost.client_services`), else to `acp_local` if the route allows it.
 
@@ -30,7 +32,7 @@ import trio
 
 from bridge.backs.acp.local import LocalFiles, LocalTerminals
 from bridge.backs.acp.process import AgentProcess
-from bridge.backs.acp.requests import answer_permission, client_service
+from bridge.backs.acp.requests import answer_elicitation, answer_permission, client_service
 from bridge.backs.acp.setup import (
     MODE,
     STOPS,
@@ -121,6 +123,9 @@ class AcpBack:
                 write_text_file=bool(services and services.fs_write) or cfg.fs == "cwd",
             ),
             terminal=bool(services and services.terminal) or cfg.terminal,
+            # Form questions are asked of whoever the turn's fronts reach (`answer_elicitation`);
+            # URL mode is not served, so not declared (ACP schema, `ElicitationCapabilities`).
+            elicitation=acp.ElicitationCapabilities(form={}),
         )
         proc = AgentProcess(
             route=self.name,
@@ -419,6 +424,8 @@ class AcpSession:
     async def on_call(self, method: str, params: msgspec.Raw | None) -> Any:
         if method == "session/request_permission":
             return await answer_permission(self, decode_params(params, acp.RequestPermissionParams))
+        if method == "elicitation/create":
+            return await answer_elicitation(self, decode_params(params, acp.ElicitationParams))
         if method.startswith(("fs/", "terminal/")):
             return await client_service(self, method, params)
         raise MethodNotFound(f"method not found: {method}")

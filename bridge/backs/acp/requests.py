@@ -6,6 +6,11 @@
   picks a reject option. A timeout, or a front that cannot show the question, is
   answered with a reject option too; only a cancelled turn answers `cancelled`
   (DESIGN.md, complaint 9: a deny is never a cancel).
+- `elicitation/create` (form mode: the one the bridge declares) becomes a canonical
+  choice or form Question (codecs/acp_elicitation.py), asked in the running turn; the
+  answer goes back in the agent's field names (`accept`), a declined or unanswered
+  question as `decline`, and one cancelled with the turn as `cancel` (ACP schema,
+  `CreateElicitationResponse`). Outside a turn nobody can answer: `decline`.
 - `fs/*` and `terminal/*` go to the editor, unchanged but for the sessionId, when an
   ACP front offers them (`SessionHost.client_services`); else to the route's own
   confined files and terminals (`acp_local`) if it serves them; else -32601.
@@ -24,15 +29,15 @@ from bridge.backs.acp.setup import CANCELLED, pick, selected
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import safejson
 from bridge.codecs.acp import permission_tool_call
+from bridge.codecs.acp_elicitation import content_of, question_of
 from bridge.backs.acp.config import AcpBackConfig
 from bridge.core import events as ev
 from bridge.errors import MethodNotFound
 from bridge.schema import acp
 
-__all__ = ["AgentRequestHost", "answer_permission", "client_service"]
+__all__ = ["AgentRequestHost", "answer_elicitation", "answer_permission", "client_service"]
 
 log = logging.getLogger("bridge.backs.acp.back")
-
 
 
 class AgentRequestHost(Protocol):
@@ -100,6 +105,21 @@ async def answer_permission(session: AgentRequestHost, p: acp.RequestPermissionP
         return CANCELLED  # ACP: pending permissions are answered cancelled after session/cancel
     chosen = pick(p.options, ("reject_once", "reject_always"))
     return selected(chosen) if chosen is not None else CANCELLED
+
+
+async def answer_elicitation(session: AgentRequestHost, p: acp.ElicitationParams) -> acp.ElicitationResult:
+    session.questions += 1
+    asked = question_of(f"{p.tool_call_id or 'elicitation'}#{session.questions}", p)  # InvalidParams: the agent's fault
+    turn = session.turn
+    if turn is None:
+        log.warning("route %s session %s: elicitation asked outside a turn; declined", session.back.name, session.session_id)
+        return acp.ElicitationResult(action="decline")
+    answer = await turn.ask(asked.question)
+    if answer.cancelled:
+        # ACP, Prompt Turn: Cancellation: pending requests are answered cancelled after session/cancel.
+        return acp.ElicitationResult(action="cancel" if turn.cancel_requested else "decline")
+    return acp.ElicitationResult(action="accept", content=content_of(asked, answer))
+
 
 async def client_service(session: AgentRequestHost, method: str, params: msgspec.Raw | None) -> Any:
     services = session.ctx.host.client_services if session.ctx.host is not None else None

@@ -23,9 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import msgspec
-
 from bridge.codecs import acp as codec
+from bridge.codecs.acp_elicitation import answer_of, with_schema
 from bridge.codecs.jsonrpc import decode_params
 from bridge.codecs.jsonrpc_peer import RequestError, RequestResult
 from bridge.core.events import Event, Question, QuestionAnswered, TurnEnded
@@ -70,7 +69,7 @@ class EditorQuestions:
         elicit = caps.elicitation is not None and caps.elicitation.form is not None and not self.elicitation_refused
         if question.kind == "form" or (question.kind == "choice" and elicit and (question.multi_select or question.allow_text)):
             if elicit:
-                params: Any = codec.elicitation_request(session.id, _with_schema(question))
+                params: Any = codec.elicitation_request(session.id, with_schema(question))
                 outcome = await self._request("elicitation/create", params, question_id=question.id)
                 if type(outcome) is not RequestError:
                     self._settle(session, question, outcome, acp.ElicitationResult)
@@ -114,7 +113,7 @@ class EditorQuestions:
                 _answer(session, question.id, cancelled=True)
         else:
             if result.action == "accept":
-                _answer(session, question.id, **_from_form(question, result.content or {}))
+                _answer(session, question.id, **answer_of(question, result.content or {}))
             else:
                 _answer(session, question.id, cancelled=True)
 
@@ -157,28 +156,3 @@ def _answer(session: Session, question_id: str, **answer: Any) -> None:
         log.warning("editor's answer does not fit the question: %s", exc.message)
         session.answer(question_id, cancelled=True)
 
-
-def _with_schema(question: Question) -> Question:
-    """A choice question as an elicitation form (ACP schema, `elicitation/create`:
-    a JSON Schema object of primitive properties, as MCP 2025-11-25 Elicitation)."""
-    if question.schema is not None:
-        return question
-    choices = [{"const": o.id, "title": o.label} for o in question.options]
-    props: dict[str, Any] = {}
-    if question.multi_select:
-        props["choice"] = {"type": "array", "title": question.header or "Choice", "items": {"anyOf": choices}}
-    else:
-        props["choice"] = {"type": "string", "title": question.header or "Choice", "oneOf": choices}
-    if question.allow_text:
-        props["other"] = {"type": "string", "title": "Other"}
-    return msgspec.structs.replace(question, schema={"type": "object", "properties": props})
-
-
-def _from_form(question: Question, content: dict[str, Any]) -> dict[str, Any]:
-    """The answer an accepted elicitation form gives `question` (`Session.answer` keywords)."""
-    if question.kind == "form":
-        return {"values": content}
-    choice = content.get("choice")
-    selected = choice if isinstance(choice, list) else ([choice] if isinstance(choice, str) else [])
-    other = content.get("other")
-    return {"selected": [str(s) for s in selected], "text": other if isinstance(other, str) and other else None}
