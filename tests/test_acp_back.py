@@ -42,10 +42,13 @@ class Recorder:
         self.session = session
         self.events: list[ev.Event] = []
         self.policy = policy
+        self._changed = trio.Event()
         session.subscribe(self)
 
     def deliver(self, event: ev.Event) -> None:
         self.events.append(event)
+        self._changed.set()
+        self._changed = trio.Event()
         if isinstance(event, ev.QuestionAsked) and self.policy is not None:
             self.session.answer(event.question.id, selected=[self.policy])
 
@@ -61,9 +64,16 @@ class Recorder:
     def of(self, cls: type) -> list[Any]:
         return [e for e in self.events if isinstance(e, cls)]
 
+    async def wait_for(self, ready: Any) -> None:
+        """Return once `ready()` is true, checked at each event delivered (no polling)."""
+        while True:
+            changed = self._changed
+            if ready():
+                return
+            await changed.wait()
+
     async def until(self, needle: str) -> None:
-        while needle not in self.text():
-            await trio.sleep(0.01)
+        await self.wait_for(lambda: needle in self.text())
 
 
 def route(tag: str, *flags: str, **back: Any) -> dict[str, Any]:
@@ -323,8 +333,7 @@ async def test_cancel_while_a_permission_is_pending(tmp_path: Path) -> None:
             s = await m.create("r", cwd=str(tmp_path))
             rec = Recorder(s)
             t = s.start_turn([TextContent(text="ask")])
-            while not rec.of(ev.QuestionAsked):
-                await trio.sleep(0.01)
+            await rec.wait_for(lambda: rec.of(ev.QuestionAsked))
             s.cancel()
             ended = await t.wait()
             assert ended.stop_reason is ev.StopReason.CANCELLED
@@ -350,8 +359,7 @@ async def test_an_agents_form_question_is_asked_and_answered_declined_or_cancell
             async def asked(text: str) -> tuple[Any, ev.Question]:
                 before = len(rec.of(ev.QuestionAsked))
                 t = s.start_turn([TextContent(text=text)])
-                while len(rec.of(ev.QuestionAsked)) == before:
-                    await trio.sleep(0.01)
+                await rec.wait_for(lambda: len(rec.of(ev.QuestionAsked)) > before)
                 return t, rec.of(ev.QuestionAsked)[-1].question
 
             t, q = await asked("choose: hello")
@@ -434,8 +442,7 @@ async def test_agent_options_reach_the_session_and_survive_a_restart(tmp_path: P
             assert (await turn(s, "text:1")).stop_reason is ev.StopReason.END_TURN
             assert {o.id: o.current for o in s.config_options()} == {"model": "small", "mode": "code"}
             assert rec.of(ev.OptionsChanged)[-1].options == s.config_options()
-            while not rec.of(ev.CommandsAvailable):  # sent just after session/new, maybe after the turn
-                await trio.sleep(0.01)
+            await rec.wait_for(lambda: rec.of(ev.CommandsAvailable))  # sent just after session/new, maybe after the turn
             assert rec.of(ev.CommandsAvailable)[-1].commands[0].name == "review"
             assert m.back_for("r").info.commands[0].name == "review"  # a later session hears them at once
             await s.set_option("model", "large")
