@@ -569,3 +569,27 @@ def ws_frame(payload: bytes, opcode: int = 1, *, fin: bool = True) -> bytes:
         head += bytes([0x80 | 127]) + struct.pack("!Q", n)
     masked = (int.from_bytes(payload, "big") ^ int.from_bytes((mask * (n // 4 + 1))[:n], "big")).to_bytes(n, "big") if n else b""
     return head + mask + masked
+
+
+@contextlib.asynccontextmanager
+async def serve_peer(command: list[str], log: Path) -> AsyncIterator[int]:
+    """Run a peer that binds 127.0.0.1 and prints `PORT <n>`; yield n; stop it at the end."""
+    with open(log, "wb") as err:
+        proc = await trio.lowlevel.open_process(
+            command, stdout=subprocess.PIPE, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+        try:
+            assert proc.stdout is not None
+            buf = b""
+            with trio.fail_after(60):
+                while b"\n" not in buf:
+                    chunk = await proc.stdout.receive_some()
+                    assert chunk, f"{command[1]} exited before saying its port: {log.read_text()[-2000:]}"
+                    buf += chunk
+            yield int(buf.split(b"\n")[0].split()[1])
+        finally:
+            proc.terminate()
+            with trio.move_on_after(5, shield=True):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +26,7 @@ import httpx
 import pytest
 import trio
 
+from daemon_support import serve_peer
 from steps_support import Drive, error, make_drive, step, stop
 
 PEERS = Path(__file__).resolve().parent / "peers"
@@ -51,27 +51,9 @@ class Agent:
 
 @contextlib.asynccontextmanager
 async def run_agent(tmp_path: Path, *args: str) -> AsyncIterator[Agent]:
-    err = open(tmp_path / f"agent-{os.getpid()}-{len(list(tmp_path.iterdir()))}.log", "wb")  # noqa: SIM115
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, str(AGENT), *args], stdout=subprocess.PIPE, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        with trio.fail_after(30):
-            while b"\n" not in buf:
-                chunk = await proc.stdout.receive_some()
-                assert chunk, f"the agent exited: {open(err.name).read()}"
-                buf += chunk
-        port = int(buf.split(b"\n")[0].split()[1])
+    log = tmp_path / f"agent-{os.getpid()}-{len(list(tmp_path.iterdir()))}.log"
+    async with serve_peer([sys.executable, str(AGENT), *args], log) as port:
         yield Agent(port, "https" if "--tls-cert-out" in args else "http")
-    finally:
-        proc.terminate()
-        with trio.move_on_after(5, shield=True):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-        err.close()
 
 
 def _toml(v: Any) -> str:

@@ -14,8 +14,6 @@ but could keep stays Full.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -26,6 +24,7 @@ import trio
 
 from tests.matrix.kinds import COLOURS, KINDS, PERMISSION, Option, Seen
 from tests.matrix.rows import BackRow, Carry, Degraded, Full
+from tests.daemon_support import serve_peer
 from tests.npm_support import node_exe, npm_ci
 
 PEERS = Path(__file__).resolve().parents[1] / "peers"
@@ -40,30 +39,6 @@ class PeerRow(msgspec.Struct, frozen=True):
 
     def start(self, tmp: Path) -> AbstractAsyncContextManager[str]:
         return self.starter(tmp)
-
-
-@asynccontextmanager
-async def serve_peer(command: list[str], log: Path) -> AsyncIterator[int]:
-    """Run a peer that binds 127.0.0.1 and prints `PORT <n>`; yield n; stop it at the end."""
-    with open(log, "wb") as err:
-        proc = await trio.lowlevel.open_process(
-            command, stdout=subprocess.PIPE, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-        )
-        try:
-            assert proc.stdout is not None
-            buf = b""
-            with trio.fail_after(60):
-                while b"\n" not in buf:
-                    chunk = await proc.stdout.receive_some()
-                    assert chunk, f"{command[1]} exited before saying its port: {log.read_text()[-2000:]}"
-                    buf += chunk
-            yield int(buf.split(b"\n")[0].split()[1])
-        finally:
-            proc.terminate()
-            with trio.move_on_after(5, shield=True):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
 
 
 def _toml(value: str) -> str:
