@@ -424,6 +424,31 @@ def test_a_blade_question_gets_kinds_from_its_labels_and_none_it_cannot_read() -
     )
     q = parts.question_from_ask("tc", args)
     assert [(o.id, o.kind) for o in q.options] == [("0", "allow_once"), ("1", "reject_once"), ("2", None)]
+    # One option the words cannot read: still a choice with free text, never a permission.
+    assert (q.kind, q.allow_text) == ("choice", True)
+
+
+def _blade_ask(labels: list[str], multi: bool = False) -> ev.Question:
+    options = [{"label": label} for label in labels]
+    return parts.question_from_ask("tc", json.dumps({"questions": [{"question": "Edit?", "options": options, "multiSelect": multi}]}))
+
+
+def test_a_blade_question_whose_every_option_reads_as_allow_or_reject_is_a_permission() -> None:
+    q = _blade_ask(["Allow", "Always allow", "Reject", "Never allow"])
+    assert (q.kind, q.allow_text, q.multi_select) == ("permission", False, False)
+    assert [(o.id, o.label, o.kind) for o in q.options] == [
+        ("0", "Allow", "allow_once"),
+        ("1", "Always allow", "allow_always"),
+        ("2", "Reject", "reject_once"),
+        ("3", "Never allow", "reject_always"),
+    ]
+    # Its answer still goes back as the option's index.
+    a = askuser_answer(q, ev.QuestionAnswered(question_id="tc", selected=["3"]))
+    assert msgspec.to_builtins(a) == {"tool_call_id": "tc", "selections": {"0": [3]}}
+    # Not a permission: only allows, only rejects, or several picks.
+    assert _blade_ask(["Yes", "Always allow"]).kind == "choice"
+    assert _blade_ask(["Reject", "Never allow"]).kind == "choice"
+    assert _blade_ask(["Allow", "Reject"], multi=True).kind == "choice"
 
 
 # -- content --------------------------------------------------------------------------------

@@ -287,7 +287,9 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
     """An AskUserQuestion tool call read back as one canonical question (a chat back).
 
     One question becomes a `choice` whose option ids are the indexes ("0", "1", ...),
-    free text allowed (`custom`), each option's kind inferred from its words; several
+    free text allowed (`custom`), each option's kind inferred from its words (a
+    `permission`, without free text, when those words tell an allow and a reject for
+    every option of a single pick); several
     become a `form` with one field per question. Our own `agentBridge` extension (from
     another agent-bridge's `/ws`) gives back the question's kind, its options' ids and
     kinds and its tool call exactly.
@@ -311,14 +313,16 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
             for i, o in enumerate(x.get("options") or [])
             if isinstance(o, dict)
         ]
+        multi = bool(x.get("multiSelect"))
+        permission = _is_permission(options, multi)
         q = Question(
             id=tool_call_id,
-            kind="choice",
+            kind="permission" if permission else "choice",
             prompt=str(x.get("question", "")),
             header=x.get("header"),
             options=options,
-            multi_select=bool(x.get("multiSelect")),
-            allow_text=True,
+            multi_select=multi,
+            allow_text=not permission,
         )
         ext = parsed.get(EXTENSION) if isinstance(parsed, dict) else None
         return _extended(q, ext) if isinstance(ext, dict) else q
@@ -340,6 +344,14 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
         props[str(i)] = field
     prompt = "\n".join(str(x.get("question", "")) for x in questions)
     return Question(id=tool_call_id, kind="form", prompt=prompt, schema={"type": "object", "properties": props})
+
+
+def _is_permission(options: list[QuestionOption], multi: bool) -> bool:
+    """Whether a Blade question's options read as a permission: one pick among options
+    whose every kind the words tell, with an allow and a reject among them. Asked as an
+    ACP `session/request_permission` (kinds kept, no free text), not as a choice."""
+    kinds = {(o.kind or "").split("_")[0] for o in options}
+    return not multi and bool(options) and all(o.kind for o in options) and {"allow", "reject"} <= kinds
 
 
 def _extended(q: Question, ext: dict[str, Any]) -> Question:
