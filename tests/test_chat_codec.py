@@ -203,6 +203,72 @@ def test_bad_frames_raise_peer_errors() -> None:
         )
 
 
+def _through_ws(*events: ev.Event) -> list[ev.Event]:
+    """Canonical events → one agent-bridge's /ws frames → another's chat back."""
+    p, reader = ChatProjector("s"), ChatReader(turn_id="t")
+    frames = [f for e in (ev.TurnStarted(turn_id="t", prompt=[TextContent(text="x")]), *events) for f in p.feed(e)]
+    return [e for _, data in frames for e in reader.feed(data)]
+
+
+def test_a_tool_calls_locations_and_raw_output_cross_two_agent_bridges_as_they_were() -> None:
+    where = [ev.ToolLocation(path="notes.txt"), ev.ToolLocation(path="README.md", line=3)]
+    back = _through_ws(
+        ev.ToolCallStarted(tool_call_id="e", title="Edit notes.txt", kind="edit", raw_input={"path": "notes.txt"}, locations=where),
+        ev.ToolCallUpdated(tool_call_id="e", status="failed", raw_output={"rejected": True}),
+        ev.ToolCallStarted(tool_call_id="r", title="Run ls", kind="execute", raw_input={"command": "ls"}),
+        ev.ToolCallUpdated(
+            tool_call_id="r",
+            status="completed",
+            content=[ev.ToolCallContent(content=TextContent(text="a.py"))],
+            raw_output={"exit": 0},
+        ),
+        ev.ToolCallStarted(tool_call_id="t", title="Think", kind="think"),
+        ev.ToolCallUpdated(tool_call_id="t", status="completed", content=[ev.ToolCallContent(content=TextContent(text="ok"))]),
+    )
+    started = {e.tool_call_id: e for e in back if isinstance(e, ev.ToolCallStarted)}
+    ended = {e.tool_call_id: e for e in back if isinstance(e, ev.ToolCallUpdated) and e.status in ("completed", "failed")}
+    assert started["e"].locations == where and started["r"].locations is None
+    # A result that is only raw output stays raw output: no text the far side would show.
+    assert (ended["e"].status, ended["e"].content, ended["e"].raw_output) == ("failed", None, {"rejected": True})
+    assert ended["r"].content == [ev.ToolCallContent(content=TextContent(text="a.py"))] and ended["r"].raw_output == {"exit": 0}
+    # Text without raw output reads back as before (the text is its raw output too).
+    assert ended["t"].raw_output == "ok"
+
+
+def _blade_tool(name: str, arguments: dict[str, Any], result: Any = None) -> list[ev.Event]:
+    reader = ChatReader(turn_id="t")
+    frames = [{"turn_id": "t", "patch_type": "add_tool_call",
+               "data": {"id": "c", "tool_name": name, "display_name": name, "arguments": json.dumps(arguments), "status": "pending"}}]  # fmt: skip
+    if result is not None:
+        frames.append({"turn_id": "t", "patch_type": "tool_result", "data": {"tool_call_id": "c", "result": result, "status": "error"}})
+    return [e for f in frames for e in reader.feed(json.dumps({"event": "turn:patch", "data": f}))]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "where"),
+    [
+        ("Read", {"file_path": "/src/a.py", "offset": 10, "limit": 5}, [ev.ToolLocation(path="/src/a.py", line=10)]),
+        ("Read", {"path": "README.md", "line": 1}, [ev.ToolLocation(path="README.md", line=1)]),
+        ("Edit", {"file_path": "a.py", "old_string": "x", "new_string": "y"}, [ev.ToolLocation(path="a.py")]),
+        ("Write", {"file_path": "b.py", "content": ""}, [ev.ToolLocation(path="b.py")]),
+        ("Grep", {"pattern": "TODO", "path": "src"}, [ev.ToolLocation(path="src")]),
+        ("Grep", {"pattern": "TODO"}, None),
+        ("Bash", {"command": "cat a.py", "path": "a.py"}, None),
+        ("Read", {"file_path": "a.py", "offset": True}, [ev.ToolLocation(path="a.py")]),
+    ],
+)
+def test_a_blade_file_tool_gets_locations_from_its_input(name: str, arguments: dict[str, Any], where: Any) -> None:
+    (started,) = _blade_tool(name, arguments)
+    assert isinstance(started, ev.ToolCallStarted) and started.locations == where
+
+
+def test_a_blade_tools_non_text_result_stays_text_and_raw_output() -> None:
+    _started, ended = _blade_tool("Edit", {"file_path": "a.py"}, {"rejected": True})
+    assert isinstance(ended, ev.ToolCallUpdated)
+    assert ended.content == [ev.ToolCallContent(content=TextContent(text='{"rejected":true}'))]
+    assert ended.raw_output == {"rejected": True}
+
+
 def _normal(events: list[ev.Event]) -> dict[str, Any]:
     """What must survive canonical → chat → canonical: text per place, tools, questions, plans, stop."""
     text: dict[tuple[str | None, bool], str] = {}

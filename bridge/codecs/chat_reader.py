@@ -31,6 +31,7 @@ from msgspec import Raw
 
 from bridge.codecs import safejson
 from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, question_from_ask
+from bridge.codecs.chat_tools import read_locations, read_result
 from bridge.core import events as ev
 from bridge.core.content import DataContent, ImageContent, TextContent
 from bridge.errors import InvalidParams, ParseError
@@ -305,10 +306,15 @@ class ChatReader:
             self._asks[d.id] = q
             return [ev.QuestionAsked(question=q, parent_tool_call_id=parent)]
         raw_input = _json_or_text(d.arguments)
+        locations = read_locations(d.tool_name, raw_input, d.agent_bridge)
         if d.id in self._tools:
             return [
                 ev.ToolCallUpdated(
-                    tool_call_id=d.id, title=d.display_name or None, raw_input=raw_input, parent_tool_call_id=parent
+                    tool_call_id=d.id,
+                    title=d.display_name or None,
+                    raw_input=raw_input,
+                    locations=locations,
+                    parent_tool_call_id=parent,
                 )
             ]
         self._tools[d.id] = d.tool_name
@@ -321,6 +327,7 @@ class ChatReader:
                 status=status,
                 name=d.tool_name,
                 raw_input=raw_input,
+                locations=locations,
                 parent_tool_call_id=parent,
             )
         ]
@@ -332,8 +339,11 @@ class ChatReader:
             return []
         status: _ToolStatus = "failed" if d.status in ("error", "cancelled") else "completed"
         result = d.result
+        is_content, raw_output = read_result(result, d.agent_bridge)
         content: list[ev.ToolCallContent] | None = None
-        if (
+        if not is_content:
+            pass
+        elif (
             isinstance(result, list)
             and result
             and all(isinstance(i, dict) and i.get("type") in ("text", "diff", "terminal") for i in result)
@@ -358,7 +368,7 @@ class ChatReader:
                 tool_call_id=d.tool_call_id,
                 status=status,
                 content=content,
-                raw_output=result,
+                raw_output=raw_output,
                 parent_tool_call_id=parent,
             )
         ]
