@@ -235,6 +235,15 @@ def test_a_tool_calls_locations_and_raw_output_cross_two_agent_bridges_as_they_w
     assert ended["t"].raw_output == "ok"
 
 
+def test_links_and_files_cross_two_agent_bridges_as_they_were() -> None:
+    link = ResourceLink(uri="file:///README.md", name="README.md")
+    text_file = EmbeddedResource(resource=ResourceContents(uri="attachment:a.txt", text="hi", mime_type="text/plain"))
+    blob = EmbeddedResource(resource=ResourceContents(uri="attachment:b.bin", blob="AAE=", mime_type="application/octet-stream"))
+    image = ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
+    back = _through_ws(*(ev.MessageChunk(content=c, message_id="m") for c in (image, link, text_file, blob)))
+    assert [e.content for e in back if isinstance(e, ev.MessageChunk)] == [image, link, text_file, blob]
+
+
 def _blade_tool(name: str, arguments: dict[str, Any], result: Any = None) -> list[ev.Event]:
     reader = ChatReader(turn_id="t")
     frames = [{"turn_id": "t", "patch_type": "add_tool_call",

@@ -42,6 +42,7 @@ __all__ = [
     "answer_to_chat",
     "ask_arguments",
     "ask_questions",
+    "block_content",
     "blocks_of_prompt",
     "check_output_schema",
     "headless_result",
@@ -145,6 +146,23 @@ def blocks_of_prompt(prompt: list[ContentBlock]) -> list[Block]:
             body.update({"text": r.text} if r.text is not None else {"data": r.blob})
             out.append(Block(type="file", content=body))
     return out
+
+
+def block_content(kind: str, content: Any) -> ContentBlock | None:
+    """A turn's `resource_link` or `file` block read back (the inverse of `blocks_of_prompt`); None if it is not one."""
+    if not isinstance(content, dict):
+        return None
+    if kind == "resource_link" and isinstance(uri := content.get("uri"), str) and uri:
+        name = content.get("name")
+        return ResourceLink(uri=uri, name=name if isinstance(name, str) and name else _name_of(uri))
+    if kind == "file" and isinstance(name := content.get("name"), str):
+        mime = m if isinstance(m := content.get("mime_type"), str) else None
+        text, data = content.get("text"), content.get("data")
+        if isinstance(text, str) or isinstance(data, str):
+            uri = f"attachment:{name}"
+            body = ResourceContents(uri=uri, text=text, mime_type=mime) if isinstance(text, str) else ResourceContents(uri=uri, blob=data, mime_type=mime)
+            return EmbeddedResource(resource=body)
+    return None
 
 
 # -- AskUserQuestion ------------------------------------------------------------------

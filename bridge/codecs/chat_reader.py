@@ -5,7 +5,8 @@ event stream server (Blade `api/chat-flow.md`, server events) and returns the ca
 
 - `add_content` text/thinking → message/thought chunks (the `text_delta`; the growth
   of `content` when a server sends no delta), `plan_status` → a plan, `image_url` → an
-  image chunk. Each block is one message (`message_id` = `turn_id:index`).
+  image chunk, `resource_link`/`file` (our own blocks, as a user turn's) → a resource
+  link or an embedded resource. Each block is one message (`message_id` = `turn_id:index`).
 - `add_tool_call` → a tool call started (kind from its tool name, ACP `ToolKind`, `ToolCallStatus`), or updated
   when the id is known; an `AskUserQuestion` → a question (`question_from_ask`).
 - `tool_result` → the tool call completed/failed with its result as text content and
@@ -30,7 +31,7 @@ import msgspec
 from msgspec import Raw
 
 from bridge.codecs import safejson
-from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, question_from_ask
+from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, block_content, question_from_ask
 from bridge.codecs.chat_tools import read_locations, read_result
 from bridge.core import events as ev
 from bridge.core.content import DataContent, ImageContent, TextContent
@@ -295,6 +296,8 @@ class ChatReader:
                     parent_tool_call_id=parent,
                 )
             ]
+        if (block := block_content(d.type, d.content)) is not None:
+            return [ev.MessageChunk(content=block, message_id=mid, parent_tool_call_id=parent)]
         return []
 
     # -- tools ----------------------------------------------------------------------
