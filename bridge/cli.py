@@ -25,7 +25,9 @@ EX_USAGE = 64
 EX_UNAVAILABLE = 69  # `acp --connect`: the daemon is not there, or went away
 EX_OSERR = 71  # `serve`: a listener or the store could not be opened
 EX_CONFIG = 78
-# `serve` stopped by a second SIGTERM/SIGINT exits 128 + the signal's number.
+# `serve` stopped by a second SIGTERM/SIGINT exits 128 + the signal's number; `acp` and
+# `ask` stopped by Ctrl-C exit 128 + SIGINT.
+EX_INTERRUPTED = 128 + signal.SIGINT
 
 
 def _setup_logging(level: str, fmt: str | None = None) -> None:
@@ -129,15 +131,21 @@ def acp(
     stdin_fd = os.dup(0)
     os.dup2(2, 1)
     _tune_gc()
+    sys.exit(_run_interruptible(trio.run, run_acp_stdio, config, name, _state_dir(config, state_dir), stdin_fd, stdout_fd))
+
+
+def _run_interruptible(run: Any, *args: Any) -> Any:
+    """`run(*args)`, and Ctrl-C (a KeyboardInterrupt, alone or in a group) exits 130
+    with no traceback (and not click's "Aborted!")."""
     try:
-        trio.run(run_acp_stdio, config, name, _state_dir(config, state_dir), stdin_fd, stdout_fd)
-    except BaseException as exc:  # Ctrl-C where it was started by hand: no traceback
+        return run(*args)
+    except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             isinstance(exc, BaseExceptionGroup) and exc.split(KeyboardInterrupt)[1] is None
         )
         if not interrupted:
             raise
-        sys.exit(128 + signal.SIGINT)
+        sys.exit(EX_INTERRUPTED)
 
 
 def _tune_gc() -> None:
@@ -264,6 +272,19 @@ def ask(
     session_id: str | None,
 ) -> None:
     """Run one turn of ROUTE with PROMPT and render it as it streams."""
+    _run_interruptible(_ask, route, prompt, config_path, state_dir, log_level, log_format, answer, session_id)
+
+
+def _ask(
+    route: str,
+    prompt: str,
+    config_path: str | None,
+    state_dir: str | None,
+    log_level: str | None,
+    log_format: str | None,
+    answer: str | None,
+    session_id: str | None,
+) -> None:
     import trio
 
     from bridge.core.content import TextContent
@@ -276,7 +297,7 @@ def ask(
     _setup_logging(log_level or "warning", log_format)
     name = _pick_route(config, route)
 
-    async def one_turn() -> int:
+    async def one_turn(ctrl_c: _CtrlC) -> int:
         async with open_runtime(config, _state_dir(config, state_dir)) as manager:
             try:
                 session = await (manager.get(session_id) if session_id else manager.create(name, cwd=os.getcwd()))
@@ -293,14 +314,48 @@ def ask(
             async with trio.open_nursery() as nursery:
                 await nursery.start(renderer.run)
                 session.subscribe(renderer)
+                ctrl_c.session = session
                 ended = await session.start_turn([TextContent(text=prompt)]).wait()
                 nursery.cancel_scope.cancel()
             click.echo(f"session: {session.id}", err=True)
+            if ctrl_c.pressed:
+                return EX_INTERRUPTED
             if renderer.unanswerable:
                 return EX_TURN_FAILED
             return EX_TURN_FAILED if ended.stop_reason is StopReason.FAILED else EX_OK
 
-    sys.exit(trio.run(one_turn))
+    async def main() -> int:
+        ctrl_c, code = _CtrlC(), EX_INTERRUPTED
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ctrl_c.watch, nursery.cancel_scope)
+            code = await one_turn(ctrl_c)
+            nursery.cancel_scope.cancel()
+        return EX_INTERRUPTED if ctrl_c.pressed > 1 else code
+
+    sys.exit(trio.run(main))
+
+
+class _CtrlC:
+    """Ctrl-C during `ask`: the first cancels the turn the protocol way (the session's
+    cancel: the back is told, the turn ends `cancelled` and is rendered so); a second,
+    or one before the turn runs, stops everything at once."""
+
+    def __init__(self) -> None:
+        self.session: Any = None
+        self.pressed = 0
+
+    async def watch(self, everything: Any, *, task_status: Any) -> None:
+        import trio
+
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            task_status.started()
+            async for _ in signals:
+                self.pressed += 1
+                if self.pressed == 1 and self.session is not None and self.session.cancel():
+                    continue
+                self.pressed = max(self.pressed, 2)
+                everything.cancel()
+                return
 
 
 @main.command("check-config")

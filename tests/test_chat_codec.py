@@ -203,6 +203,81 @@ def test_bad_frames_raise_peer_errors() -> None:
         )
 
 
+def _through_ws(*events: ev.Event) -> list[ev.Event]:
+    """Canonical events → one agent-bridge's /ws frames → another's chat back."""
+    p, reader = ChatProjector("s"), ChatReader(turn_id="t")
+    frames = [f for e in (ev.TurnStarted(turn_id="t", prompt=[TextContent(text="x")]), *events) for f in p.feed(e)]
+    return [e for _, data in frames for e in reader.feed(data)]
+
+
+def test_a_tool_calls_locations_and_raw_output_cross_two_agent_bridges_as_they_were() -> None:
+    where = [ev.ToolLocation(path="notes.txt"), ev.ToolLocation(path="README.md", line=3)]
+    back = _through_ws(
+        ev.ToolCallStarted(tool_call_id="e", title="Edit notes.txt", kind="edit", raw_input={"path": "notes.txt"}, locations=where),
+        ev.ToolCallUpdated(tool_call_id="e", status="failed", raw_output={"rejected": True}),
+        ev.ToolCallStarted(tool_call_id="r", title="Run ls", kind="execute", raw_input={"command": "ls"}),
+        ev.ToolCallUpdated(
+            tool_call_id="r",
+            status="completed",
+            content=[ev.ToolCallContent(content=TextContent(text="a.py"))],
+            raw_output={"exit": 0},
+        ),
+        ev.ToolCallStarted(tool_call_id="t", title="Think", kind="think"),
+        ev.ToolCallUpdated(tool_call_id="t", status="completed", content=[ev.ToolCallContent(content=TextContent(text="ok"))]),
+    )
+    started = {e.tool_call_id: e for e in back if isinstance(e, ev.ToolCallStarted)}
+    ended = {e.tool_call_id: e for e in back if isinstance(e, ev.ToolCallUpdated) and e.status in ("completed", "failed")}
+    assert started["e"].locations == where and started["r"].locations is None
+    # A result that is only raw output stays raw output: no text the far side would show.
+    assert (ended["e"].status, ended["e"].content, ended["e"].raw_output) == ("failed", None, {"rejected": True})
+    assert ended["r"].content == [ev.ToolCallContent(content=TextContent(text="a.py"))] and ended["r"].raw_output == {"exit": 0}
+    # Text without raw output reads back as before (the text is its raw output too).
+    assert ended["t"].raw_output == "ok"
+
+
+def test_links_and_files_cross_two_agent_bridges_as_they_were() -> None:
+    link = ResourceLink(uri="file:///README.md", name="README.md")
+    text_file = EmbeddedResource(resource=ResourceContents(uri="attachment:a.txt", text="hi", mime_type="text/plain"))
+    blob = EmbeddedResource(resource=ResourceContents(uri="attachment:b.bin", blob="AAE=", mime_type="application/octet-stream"))
+    image = ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
+    back = _through_ws(*(ev.MessageChunk(content=c, message_id="m") for c in (image, link, text_file, blob)))
+    assert [e.content for e in back if isinstance(e, ev.MessageChunk)] == [image, link, text_file, blob]
+
+
+def _blade_tool(name: str, arguments: dict[str, Any], result: Any = None) -> list[ev.Event]:
+    reader = ChatReader(turn_id="t")
+    frames = [{"turn_id": "t", "patch_type": "add_tool_call",
+               "data": {"id": "c", "tool_name": name, "display_name": name, "arguments": json.dumps(arguments), "status": "pending"}}]  # fmt: skip
+    if result is not None:
+        frames.append({"turn_id": "t", "patch_type": "tool_result", "data": {"tool_call_id": "c", "result": result, "status": "error"}})
+    return [e for f in frames for e in reader.feed(json.dumps({"event": "turn:patch", "data": f}))]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "where"),
+    [
+        ("Read", {"file_path": "/src/a.py", "offset": 10, "limit": 5}, [ev.ToolLocation(path="/src/a.py", line=10)]),
+        ("Read", {"path": "README.md", "line": 1}, [ev.ToolLocation(path="README.md", line=1)]),
+        ("Edit", {"file_path": "a.py", "old_string": "x", "new_string": "y"}, [ev.ToolLocation(path="a.py")]),
+        ("Write", {"file_path": "b.py", "content": ""}, [ev.ToolLocation(path="b.py")]),
+        ("Grep", {"pattern": "TODO", "path": "src"}, [ev.ToolLocation(path="src")]),
+        ("Grep", {"pattern": "TODO"}, None),
+        ("Bash", {"command": "cat a.py", "path": "a.py"}, None),
+        ("Read", {"file_path": "a.py", "offset": True}, [ev.ToolLocation(path="a.py")]),
+    ],
+)
+def test_a_blade_file_tool_gets_locations_from_its_input(name: str, arguments: dict[str, Any], where: Any) -> None:
+    (started,) = _blade_tool(name, arguments)
+    assert isinstance(started, ev.ToolCallStarted) and started.locations == where
+
+
+def test_a_blade_tools_non_text_result_stays_text_and_raw_output() -> None:
+    _started, ended = _blade_tool("Edit", {"file_path": "a.py"}, {"rejected": True})
+    assert isinstance(ended, ev.ToolCallUpdated)
+    assert ended.content == [ev.ToolCallContent(content=TextContent(text='{"rejected":true}'))]
+    assert ended.raw_output == {"rejected": True}
+
+
 def _normal(events: list[ev.Event]) -> dict[str, Any]:
     """What must survive canonical → chat → canonical: text per place, tools, questions, plans, stop."""
     text: dict[tuple[str | None, bool], str] = {}
@@ -424,6 +499,31 @@ def test_a_blade_question_gets_kinds_from_its_labels_and_none_it_cannot_read() -
     )
     q = parts.question_from_ask("tc", args)
     assert [(o.id, o.kind) for o in q.options] == [("0", "allow_once"), ("1", "reject_once"), ("2", None)]
+    # One option the words cannot read: still a choice with free text, never a permission.
+    assert (q.kind, q.allow_text) == ("choice", True)
+
+
+def _blade_ask(labels: list[str], multi: bool = False) -> ev.Question:
+    options = [{"label": label} for label in labels]
+    return parts.question_from_ask("tc", json.dumps({"questions": [{"question": "Edit?", "options": options, "multiSelect": multi}]}))
+
+
+def test_a_blade_question_whose_every_option_reads_as_allow_or_reject_is_a_permission() -> None:
+    q = _blade_ask(["Allow", "Always allow", "Reject", "Never allow"])
+    assert (q.kind, q.allow_text, q.multi_select) == ("permission", False, False)
+    assert [(o.id, o.label, o.kind) for o in q.options] == [
+        ("0", "Allow", "allow_once"),
+        ("1", "Always allow", "allow_always"),
+        ("2", "Reject", "reject_once"),
+        ("3", "Never allow", "reject_always"),
+    ]
+    # Its answer still goes back as the option's index.
+    a = askuser_answer(q, ev.QuestionAnswered(question_id="tc", selected=["3"]))
+    assert msgspec.to_builtins(a) == {"tool_call_id": "tc", "selections": {"0": [3]}}
+    # Not a permission: only allows, only rejects, or several picks.
+    assert _blade_ask(["Yes", "Always allow"]).kind == "choice"
+    assert _blade_ask(["Reject", "Never allow"]).kind == "choice"
+    assert _blade_ask(["Allow", "Reject"], multi=True).kind == "choice"
 
 
 # -- content --------------------------------------------------------------------------------

@@ -110,6 +110,32 @@ async def test_ask_unknown_route(bridge_exe: list[str], clean_env: dict[str, str
     assert done.returncode == 64 and "no route named 'nowhere'" in done.stderr.decode()
 
 
+async def test_ctrl_c_cancels_the_turn_and_exits_130_without_a_traceback(
+    bridge_exe: list[str], clean_env: dict[str, str], state_dir: str
+) -> None:
+    cmd = [*bridge_exe, "ask", "demo", "slow: hello", "--state-dir", state_dir]
+    with trio.fail_after(30):
+        proc = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env)
+        assert proc.stdout is not None and proc.stderr is not None
+        out = bytearray()
+        while b"tick 1." not in out:  # the first chunk is on the terminal: the turn runs
+            data = await proc.stdout.receive_some(65536)
+            assert data, f"ask ended before its first chunk: {bytes(out)!r}"
+            out += data
+        proc.send_signal(signal.SIGINT)
+        while data := await proc.stdout.receive_some(65536):
+            out += data
+        err = bytearray()
+        while data := await proc.stderr.receive_some(65536):
+            err += data
+        code = await proc.wait()
+    # The session's cancel, as the protocol does it: the turn ends cancelled and is shown so.
+    assert code == 130, (bytes(out), bytes(err))
+    assert out.decode().rstrip().endswith("[cancelled]")
+    assert "Traceback" not in err.decode() and "KeyboardInterrupt" not in err.decode() and "Aborted!" not in err.decode()
+    assert "session: " in err.decode()
+
+
 # -- raw ACP helpers ---------------------------------------------------------------------------
 
 

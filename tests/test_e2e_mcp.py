@@ -11,6 +11,7 @@ these tests fail, they do not skip. Every test has a `trio.fail_after` ceiling.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -384,6 +385,11 @@ async def test_mcp_front_over_http_lists_gets_completes_announces_and_runs_tools
                 sc = result.structured_content
                 assert sc["count"] == 42 and type(sc["count"]) is int and sc["nested"] == {"ok": True, "none": None}
                 assert sc["stop_reason"] == "end_turn" and sc["session_id"]
+                # Images and links are the tool result's own content blocks (MCP 2025-11-25, Tool Result).
+                result = await client.call_tool("demo", {"prompt": "image: the notes"})
+                assert [c.type for c in result.content] == ["text", "image", "resource_link"]
+                assert result.content[1].mime_type == "image/png" and base64.b64decode(result.content[1].data).startswith(b"\x89PNG")
+                assert str(result.content[2].uri) == "file:///README.md" and result.content[2].name
                 # A client that cannot elicit: the permission is rejected for it.
                 result = await client.call_tool("demo", {"prompt": "ask: tidy"})
                 assert result.content[0].text.startswith("Understood, I left notes.txt alone.")

@@ -42,6 +42,7 @@ __all__ = [
     "answer_to_chat",
     "ask_arguments",
     "ask_questions",
+    "block_content",
     "blocks_of_prompt",
     "check_output_schema",
     "headless_result",
@@ -145,6 +146,23 @@ def blocks_of_prompt(prompt: list[ContentBlock]) -> list[Block]:
             body.update({"text": r.text} if r.text is not None else {"data": r.blob})
             out.append(Block(type="file", content=body))
     return out
+
+
+def block_content(kind: str, content: Any) -> ContentBlock | None:
+    """A turn's `resource_link` or `file` block read back (the inverse of `blocks_of_prompt`); None if it is not one."""
+    if not isinstance(content, dict):
+        return None
+    if kind == "resource_link" and isinstance(uri := content.get("uri"), str) and uri:
+        name = content.get("name")
+        return ResourceLink(uri=uri, name=name if isinstance(name, str) and name else _name_of(uri))
+    if kind == "file" and isinstance(name := content.get("name"), str):
+        mime = m if isinstance(m := content.get("mime_type"), str) else None
+        text, data = content.get("text"), content.get("data")
+        if isinstance(text, str) or isinstance(data, str):
+            uri = f"attachment:{name}"
+            body = ResourceContents(uri=uri, text=text, mime_type=mime) if isinstance(text, str) else ResourceContents(uri=uri, blob=data, mime_type=mime)
+            return EmbeddedResource(resource=body)
+    return None
 
 
 # -- AskUserQuestion ------------------------------------------------------------------
@@ -287,7 +305,9 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
     """An AskUserQuestion tool call read back as one canonical question (a chat back).
 
     One question becomes a `choice` whose option ids are the indexes ("0", "1", ...),
-    free text allowed (`custom`), each option's kind inferred from its words; several
+    free text allowed (`custom`), each option's kind inferred from its words (a
+    `permission`, without free text, when those words tell an allow and a reject for
+    every option of a single pick); several
     become a `form` with one field per question. Our own `agentBridge` extension (from
     another agent-bridge's `/ws`) gives back the question's kind, its options' ids and
     kinds and its tool call exactly.
@@ -311,14 +331,16 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
             for i, o in enumerate(x.get("options") or [])
             if isinstance(o, dict)
         ]
+        multi = bool(x.get("multiSelect"))
+        permission = _is_permission(options, multi)
         q = Question(
             id=tool_call_id,
-            kind="choice",
+            kind="permission" if permission else "choice",
             prompt=str(x.get("question", "")),
             header=x.get("header"),
             options=options,
-            multi_select=bool(x.get("multiSelect")),
-            allow_text=True,
+            multi_select=multi,
+            allow_text=not permission,
         )
         ext = parsed.get(EXTENSION) if isinstance(parsed, dict) else None
         return _extended(q, ext) if isinstance(ext, dict) else q
@@ -340,6 +362,14 @@ def question_from_ask(tool_call_id: str, arguments: str) -> Question:
         props[str(i)] = field
     prompt = "\n".join(str(x.get("question", "")) for x in questions)
     return Question(id=tool_call_id, kind="form", prompt=prompt, schema={"type": "object", "properties": props})
+
+
+def _is_permission(options: list[QuestionOption], multi: bool) -> bool:
+    """Whether a Blade question's options read as a permission: one pick among options
+    whose every kind the words tell, with an allow and a reject among them. Asked as an
+    ACP `session/request_permission` (kinds kept, no free text), not as a choice."""
+    kinds = {(o.kind or "").split("_")[0] for o in options}
+    return not multi and bool(options) and all(o.kind for o in options) and {"allow", "reject"} <= kinds
 
 
 def _extended(q: Question, ext: dict[str, Any]) -> Question:

@@ -5,7 +5,8 @@ event stream server (Blade `api/chat-flow.md`, server events) and returns the ca
 
 - `add_content` text/thinking → message/thought chunks (the `text_delta`; the growth
   of `content` when a server sends no delta), `plan_status` → a plan, `image_url` → an
-  image chunk. Each block is one message (`message_id` = `turn_id:index`).
+  image chunk, `resource_link`/`file` (our own blocks, as a user turn's) → a resource
+  link or an embedded resource. Each block is one message (`message_id` = `turn_id:index`).
 - `add_tool_call` → a tool call started (kind from its tool name, ACP `ToolKind`, `ToolCallStatus`), or updated
   when the id is known; an `AskUserQuestion` → a question (`question_from_ask`).
 - `tool_result` → the tool call completed/failed with its result as text content and
@@ -30,7 +31,8 @@ import msgspec
 from msgspec import Raw
 
 from bridge.codecs import safejson
-from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, question_from_ask
+from bridge.codecs.chat_parts import ASK_TOOL, KIND_BY_TOOL, answer_to_chat, block_content, question_from_ask
+from bridge.codecs.chat_tools import read_locations, read_result
 from bridge.core import events as ev
 from bridge.core.content import DataContent, ImageContent, TextContent
 from bridge.errors import InvalidParams, ParseError
@@ -294,6 +296,8 @@ class ChatReader:
                     parent_tool_call_id=parent,
                 )
             ]
+        if (block := block_content(d.type, d.content)) is not None:
+            return [ev.MessageChunk(content=block, message_id=mid, parent_tool_call_id=parent)]
         return []
 
     # -- tools ----------------------------------------------------------------------
@@ -305,10 +309,15 @@ class ChatReader:
             self._asks[d.id] = q
             return [ev.QuestionAsked(question=q, parent_tool_call_id=parent)]
         raw_input = _json_or_text(d.arguments)
+        locations = read_locations(d.tool_name, raw_input, d.agent_bridge)
         if d.id in self._tools:
             return [
                 ev.ToolCallUpdated(
-                    tool_call_id=d.id, title=d.display_name or None, raw_input=raw_input, parent_tool_call_id=parent
+                    tool_call_id=d.id,
+                    title=d.display_name or None,
+                    raw_input=raw_input,
+                    locations=locations,
+                    parent_tool_call_id=parent,
                 )
             ]
         self._tools[d.id] = d.tool_name
@@ -321,6 +330,7 @@ class ChatReader:
                 status=status,
                 name=d.tool_name,
                 raw_input=raw_input,
+                locations=locations,
                 parent_tool_call_id=parent,
             )
         ]
@@ -332,8 +342,11 @@ class ChatReader:
             return []
         status: _ToolStatus = "failed" if d.status in ("error", "cancelled") else "completed"
         result = d.result
+        is_content, raw_output = read_result(result, d.agent_bridge)
         content: list[ev.ToolCallContent] | None = None
-        if (
+        if not is_content:
+            pass
+        elif (
             isinstance(result, list)
             and result
             and all(isinstance(i, dict) and i.get("type") in ("text", "diff", "terminal") for i in result)
@@ -358,7 +371,7 @@ class ChatReader:
                 tool_call_id=d.tool_call_id,
                 status=status,
                 content=content,
-                raw_output=result,
+                raw_output=raw_output,
                 parent_tool_call_id=parent,
             )
         ]

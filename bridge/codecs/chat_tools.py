@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from bridge.codecs.chat_parts import (
     ASK_TOOL,
+    KIND_BY_TOOL,
     TOOL_BY_KIND,
     answer_to_chat,
     ask_arguments,
@@ -33,7 +35,7 @@ from bridge.schema.chat import (
     ToolResult,
 )
 
-__all__ = ["OPEN_TOOL", "TOOL_STATUS", "ToolCalls"]
+__all__ = ["OPEN_TOOL", "TOOL_STATUS", "ToolCalls", "read_locations", "read_result"]
 
 _enc = msgspec.json.Encoder()
 
@@ -52,7 +54,9 @@ class ToolCalls(TurnBook):
         return entry[0] if entry else None
 
     # -- tools ----------------------------------------------------------------------------
-    def _add_tool(self, turn: ProjectedTurn, tool: ToolCallProjection) -> None:
+    def _add_tool(
+        self, turn: ProjectedTurn, tool: ToolCallProjection, locations: list[ev.ToolLocation] | None = None
+    ) -> None:
         self._tools[tool.id] = (turn, tool, self._now())
         turn.proj.tool_calls.append(tool)
         turn.proj.blocks.append(
@@ -68,6 +72,7 @@ class ToolCalls(TurnBook):
                 display_name=tool.display_name,
                 arguments=tool.arguments,
                 status=tool.status,
+                agent_bridge=_call_extension(locations),
             ),
         )
 
@@ -80,6 +85,7 @@ class ToolCalls(TurnBook):
                     status=e.status,
                     raw_input=e.raw_input,
                     content=e.content,
+                    locations=e.locations,
                 )
             )
             return
@@ -95,6 +101,7 @@ class ToolCalls(TurnBook):
             ToolCallProjection(
                 id=e.tool_call_id, tool_name=name, display_name=e.title, arguments=arguments, status=status
             ),
+            e.locations,
         )
         if done:
             self._finish_tool(e.tool_call_id, e.status, e.content, None)
@@ -110,6 +117,7 @@ class ToolCalls(TurnBook):
                     kind=e.kind or "other",
                     status=status,
                     raw_input=e.raw_input,
+                    locations=e.locations,
                     parent_tool_call_id=e.parent_tool_call_id,
                 )
             )
@@ -119,7 +127,7 @@ class ToolCalls(TurnBook):
         turn, tool, _t0 = entry
         if not turn.open:
             return
-        changed = False
+        changed = e.locations is not None  # new locations go out with the call, in our extension
         if e.title is not None and e.title != tool.display_name:
             tool.display_name, changed = e.title, True
         if e.raw_input is not None:
@@ -136,6 +144,7 @@ class ToolCalls(TurnBook):
                     display_name=tool.display_name,
                     arguments=tool.arguments,
                     status=tool.status,
+                    agent_bridge=_call_extension(e.locations),
                 ),
             )
         if e.status in ("completed", "failed"):
@@ -166,7 +175,13 @@ class ToolCalls(TurnBook):
         self._patch(
             turn,
             "tool_result",
-            ToolResult(tool_call_id=tool.id, result=tool.result, status=tool.status, duration_ms=tool.duration_ms),
+            ToolResult(
+                tool_call_id=tool.id,
+                result=tool.result,
+                status=tool.status,
+                duration_ms=tool.duration_ms,
+                agent_bridge=_result_extension(content, raw_output),
+            ),
         )
 
     # -- questions ----------------------------------------------------------------------
@@ -231,3 +246,53 @@ def _result(content: list[ev.ToolCallContent] | None, raw_output: Any) -> Any:
     if all(i["type"] == "text" for i in items):
         return "".join(i["text"] for i in items)
     return items
+
+
+# -- our extension of the tool patches, and reading tool calls back (a chat back) -----
+
+
+def _call_extension(locations: list[ev.ToolLocation] | None) -> dict[str, Any] | UnsetType:
+    if not locations:
+        return UNSET
+    return {"locations": [{"path": x.path, **({"line": x.line} if x.line is not None else {})} for x in locations]}
+
+
+def _result_extension(content: list[ev.ToolCallContent] | None, raw_output: Any) -> dict[str, Any] | UnsetType:
+    """The raw output apart from the content; `rawOnly` when the result is the raw output
+    itself (no content), so the far side shows it as raw output, not as text. Unset
+    without a raw output: the result is then read back as it is."""
+    if raw_output is None:
+        return UNSET
+    return {"rawOutput": raw_output, **({} if content else {"rawOnly": True})}
+
+
+# Where a Blade file tool's input names its file (Claude Code's tool inputs): the path,
+# and the line it starts at (`offset` is Read's first line).
+_PATH_KEYS = ("file_path", "path", "notebook_path")
+_LINE_KEYS = ("line", "offset")
+_FILE_KINDS = ("read", "edit", "search")
+
+
+def read_locations(tool_name: str, raw_input: Any, ext: Any) -> list[ev.ToolLocation] | None:
+    """A tool call's locations (ACP `ToolCallLocation`): from our extension when another
+    agent-bridge sent it, else from a file tool's input; None when neither says."""
+    if isinstance(ext, dict) and isinstance(ext.get("locations"), list):
+        try:
+            return msgspec.convert(ext["locations"], list[ev.ToolLocation]) or None
+        except msgspec.ValidationError:
+            return None
+    if KIND_BY_TOOL.get(tool_name) not in _FILE_KINDS or not isinstance(raw_input, dict):
+        return None
+    path = next((v for k in _PATH_KEYS if isinstance(v := raw_input.get(k), str) and v), None)
+    if path is None:
+        return None
+    line = next((v for k in _LINE_KEYS if type(v := raw_input.get(k)) is int and v >= 1), None)
+    return [ev.ToolLocation(path=path, line=line)]
+
+
+def read_result(result: Any, ext: Any) -> tuple[bool, Any]:
+    """(whether `result` is content, the raw output): the result is both unless another
+    agent-bridge's extension says what its raw output is and whether there is content."""
+    if not isinstance(ext, dict):
+        return True, result
+    return ext.get("rawOnly") is not True, ext.get("rawOutput")

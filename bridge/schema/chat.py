@@ -208,12 +208,20 @@ class AddContent(_Chat, kw_only=True):
     index: int | None = None  # the block's place in `blocks`
 
 
+# `agentBridge`: our own extension of a tool patch, what Blade's fields cannot say (a
+# call's locations; a result's raw output apart from its content), so a chat back on
+# another agent-bridge reads the call exactly. Off the wire when unset; a Blade-style
+# client ignores fields it does not know.
+_EXTENSION = msgspec.field(default=UNSET, name="agentBridge")
+
+
 class AddToolCall(_Projection, kw_only=True):
     id: str
     tool_name: str
     display_name: str
     arguments: str = "{}"
     status: str = "pending"
+    agent_bridge: Any | UnsetType = _EXTENSION
 
 
 class ToolResult(_Projection, kw_only=True):
@@ -221,6 +229,7 @@ class ToolResult(_Projection, kw_only=True):
     result: Any = None
     status: str = "done"
     duration_ms: int | None = None
+    agent_bridge: Any | UnsetType = _EXTENSION
 
 
 class SetStatus(_Projection, kw_only=True):

@@ -4,7 +4,9 @@ Every route is a tool named after it, taking `prompt` (and `session_id` to conti
 conversation). `tools/call` opens a session of the route (or reopens that one from the
 store), runs one turn and answers with the agent's reply text (message chunks that
 are neither thoughts nor a sub-agent's, and text artifacts), plus `structuredContent`
-`{session_id, stop_reason}`. Structured data in the reply (a data block) is the
+`{session_id, stop_reason}`. Images, audio, links and embedded resources in the reply
+follow as content blocks of their own type (MCP 2025-11-25, Server: Tools, "Tool
+Result"). Structured data in the reply (a data block) is the
 `structuredContent` itself (an object; anything else, or several, as `{"value": v}`;
 `session_id` and `stop_reason` added unless it has such keys), with its JSON as a text
 block too (MCP 2025-11-25, Server: Tools, "Structured Content"). Status text
@@ -33,7 +35,16 @@ import mcp_types as types
 import trio
 
 from bridge.config import Config
-from bridge.core.content import DataContent, TextContent, data_text, text_of
+from bridge.core.content import (
+    AudioContent,
+    DataContent,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    data_text,
+    text_of,
+)
 from bridge.core.events import (
     ArtifactUpdated,
     Event,
@@ -90,6 +101,7 @@ class _Collector:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.data: list[DataContent] = []
+        self.media: list[types.ContentBlock] = []
         self.events = 0
         self.status: str | None = None
         self.questions: list[Question] = []
@@ -119,6 +131,8 @@ class _Collector:
             self.text.append(block.text)
         elif type(block) is DataContent:
             self.data.append(block)
+        elif (media := _media(block)) is not None:
+            self.media.append(media)
 
     def result(self, structured: dict[str, Any]) -> types.CallToolResult:
         content = [types.TextContent(text="".join(self.text))]
@@ -129,13 +143,36 @@ class _Collector:
             for key, v in structured.items():
                 obj.setdefault(key, v)
             structured = obj
-        return types.CallToolResult(content=content, structured_content=structured)
+        return types.CallToolResult(content=[*content, *self.media], structured_content=structured)
 
     def congested(self) -> bool:
         return False
 
     async def wait_uncongested(self) -> None:
         pass
+
+
+def _media(block: Any) -> types.ContentBlock | None:
+    """An image, audio, link or embedded resource of the reply as the tool result's own
+    content block (MCP 2025-11-25, Server: Tools, "Tool Result": image, audio, resource
+    link, embedded resource)."""
+    t = type(block)
+    if t is ImageContent:
+        return types.ImageContent(data=block.data, mime_type=block.mime_type)
+    if t is AudioContent:
+        return types.AudioContent(data=block.data, mime_type=block.mime_type)
+    if t is ResourceLink:
+        return types.ResourceLink(
+            uri=block.uri, name=block.name, title=block.title, description=block.description,
+            mime_type=block.mime_type, size=block.size,
+        )  # fmt: skip
+    if t is EmbeddedResource:
+        r = block.resource
+        if r.text is not None:
+            return types.EmbeddedResource(resource=types.TextResourceContents(uri=r.uri, mime_type=r.mime_type, text=r.text))
+        if r.blob is not None:
+            return types.EmbeddedResource(resource=types.BlobResourceContents(uri=r.uri, mime_type=r.mime_type, blob=r.blob))
+    return None
 
 
 def _error(message: str, **structured: Any) -> types.CallToolResult:
