@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.daemon_support import base_config, demo_route, start_daemon
-from tests.matrix.fronts import data_as_text, progress_as_thought, tools_without
+from tests.matrix.fronts import data_as_text, progress_as_thought
 from tests.matrix.peer_rows import PEER_ROWS
-from tests.matrix.rows import BackRow, Carry, Degraded
+from tests.matrix.rows import BackRow, Carry, Degraded, Full
 
 __all__ = ["ChatWsRow", "DemoRow", "ROWS", "bridge_env"]
 
@@ -42,19 +42,16 @@ class DemoRow:
         yield f'back = {{ kind = "demo", chunk_delay_s = 0.0, slow_duration_s = {SLOW_S} }}\n'
 
 
-_CHAT_TOOL = "the chat stream carries a tool's name, title and result (text, or items with diffs): kinds come back from the names, locations are lost"
-
-
 class ChatWsRow:
     """A second agent-bridge serving the demo, reached over its /ws (`dialect = "ws"`)."""
 
     name = "chat_ws"
     title = '`chat` `dialect = "ws"` (another agent-bridge\'s `/ws`, serving the demo)'
     carries: dict[str, Carry] = {
-        "tool": Degraded(_CHAT_TOOL, tools_without("locations")),
-        "permission_allow_diff": Degraded(_CHAT_TOOL, tools_without("locations")),
-        "permission_reject": Degraded(_CHAT_TOOL, tools_without("locations")),
-        "subagent": Degraded(_CHAT_TOOL, tools_without("locations")),
+        # Tool kinds, locations, raw output and question kinds cross as the chat stream's
+        # `agentBridge` extensions, which a Blade-style client ignores.
+        "tool": Full("kinds, locations and raw output in the tool call's `agentBridge` extension"),
+        "permission_allow_diff": Full("option ids and kinds and the tool call in AskUserQuestion's `agentBridge` extension"),
         "data": Degraded("the chat stream has no data item: JSON text", data_as_text),
         "progress": Degraded("the chat stream has no status item: a thought", progress_as_thought),
     }

@@ -120,8 +120,12 @@ CHAT_CARRIES: dict[str, Carry] = {
         _seen(asked=(msgspec.structs.replace(_indexed(PERMISSION), tool=None),)),  # type: ignore[type-var]
     ),
     "permission_reject": Degraded(
-        "Blade's AskUserQuestion has labels only, named by index and bound to no tool call: kinds come from the labels.",
-        _seen(asked=(msgspec.structs.replace(_indexed(PERMISSION), tool=None),)),  # type: ignore[type-var]
+        "Blade's AskUserQuestion has labels only, named by index and bound to no tool call: kinds come from the labels; "
+        "a tool result that is not text (the rejected edit's `{rejected: true}`) is shown as its JSON text.",
+        _and(
+            _seen(asked=(msgspec.structs.replace(_indexed(PERMISSION), tool=None),)),  # type: ignore[type-var]
+            lambda s: msgspec.structs.replace(s, tools=tuple(msgspec.structs.replace(t, text='{"rejected":true}') for t in s.tools)),
+        ),
     ),
     "question": Degraded("Blade's AskUserQuestion options have no ids: they are answered by index.", _seen(asked=(_indexed(COLOURS),))),
     "subagent": Full("a fork's child turn (`parent_fork_tool_call_id`)"),
