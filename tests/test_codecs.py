@@ -695,6 +695,9 @@ def test_data_blocks_are_json_resources_wherever_acp_carries_content() -> None:
         {"uri": "data:application/json", "text": "{not json", "mimeType": "application/json"},
         {"uri": "data:application/json", "blob": "e30=", "mimeType": "application/json"},
         {"uri": "data:application/json", "text": '{"n":1}'},
+        # A peer's JSON nested past the bound, or an integer no store can keep: text, not a crash.
+        {"uri": "data:application/json", "text": "[" * 1000 + "]" * 1000, "mimeType": "application/json"},
+        {"uri": "data:application/json", "text": "99999999999999999999", "mimeType": "application/json"},
     ],
 )
 def test_resources_that_are_not_exactly_a_data_block_stay_resources(resource: dict[str, Any]) -> None:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import msgspec
 
+from bridge.codecs import safejson
 from bridge.core.content import ContentBlock, DataContent, EmbeddedResource, ResourceContents, WireBlock, data_text
 
 __all__ = ["DATA_URI", "block_in", "wire_block", "wire_blocks"]
 
 DATA_URI = "data:application/json"
 _JSON_MIME = "application/json"
-_json_decoder = msgspec.json.Decoder()
+# The peer's JSON inside a string: bounded like every frame (depth, 64-bit integers), so
+# a nested or huge value is text, never a RecursionError or an unstorable integer.
+_json_decoder: safejson.Decoder[object] = safejson.Decoder()
 
 
 def _is_json_mime(mime: str | None) -> bool:
