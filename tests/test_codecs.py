@@ -799,14 +799,14 @@ def test_permission_request_without_a_tool_call_describes_the_question() -> None
         "sessionId": "s1",
         "toolCall": {"toolCallId": "q7", "title": "Which colour?", "kind": "other", "status": "pending"},
         "options": [
-            {"optionId": "red", "name": "Red", "kind": "reject_once"},
+            {"optionId": "red", "name": "Red", "kind": "allow_once"},
             {"optionId": "no", "name": "No", "kind": "reject_once"},
         ],
     }
     assert "sessionUpdate" not in wire["toolCall"]
 
 
-def test_option_kinds_without_a_kind_come_from_their_words_and_are_never_an_invented_allow() -> None:
+def test_option_kinds_without_a_kind_come_from_their_words_and_are_never_an_invented_reject() -> None:
     # Finding 1: a chat or Blade-style peer's options have a label and a description only.
     question = ev.Question(
         id="m1-edit-q",
@@ -829,7 +829,7 @@ def test_option_kinds_without_a_kind_come_from_their_words_and_are_never_an_inve
         ("2", "reject_once"),
         ("3", "reject_always"),
         ("4", "allow_once"),
-        ("5", "reject_once"),  # words that say nothing: the safe reading
+        ("5", "allow_once"),  # words that say nothing: never a reject kind an auto-rejecting client could pick
     ]
     assert wire["toolCall"] == {"toolCallId": "m1-edit"}
 

@@ -210,11 +210,13 @@ def permission_request(
     ACP requires each option's kind (`PermissionOptionKind`); clients pick by it (auto
     approval, auto rejection) and style their buttons with it. An option without one
     (a chat or A2A peer's `{label, description}`) gets the kind its words say
-    (`infer_kind`); one whose words say nothing is read as `reject_once`, never as an
-    allow: a client that approves by kind must never pick an option we could not read.
+    (`infer_kind`). One whose words say nothing ("Apply", "Later") gets `allow_once`, never
+    a reject kind: a client that rejects by kind (an auto-reject policy) must never pick
+    an option that may act; the worst an allow kind on an unread option can do is make an
+    auto-approving client pick a refusal, which acts on nothing.
     """
     options = [
-        acp.PermissionOption(option_id=o.id, name=o.label, kind=o.kind or infer_kind(o.label, o.description) or "reject_once")
+        acp.PermissionOption(option_id=o.id, name=o.label, kind=o.kind or infer_kind(o.label, o.description) or "allow_once")
         for o in question.options
     ]
     if question.tool_call_id is not None:
