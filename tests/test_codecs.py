@@ -853,6 +853,12 @@ def test_option_kinds_without_a_kind_come_from_their_words_and_are_never_an_inve
         ("", None, None),
         ("Option A", "Reject the change", "reject_once"),
         ("Option A", {"not": "text"}, None),
+        # Asking no more is an allow from now on (review: these read as refusals), unless it says no.
+        ("Never ask again", None, "allow_always"),
+        ("Stop asking", None, "allow_always"),
+        ("Skip confirmation", None, "allow_always"),
+        ("Do not ask again, deny", None, "reject_always"),
+        ("Allow" + " " * 10_000 + "never", None, "allow_once"),  # only the first 256 characters are read
     ],
 )
 def test_infer_kind_reads_the_label_then_the_description(label: str, description: Any, kind: str | None) -> None:

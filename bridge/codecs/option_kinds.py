@@ -28,11 +28,21 @@ _ALLOW = re.compile(
 _ALWAYS = re.compile(r"\b(always|never|forever|permanently|remember|session|every|all\s+future|don'?t\s+ask)\b", re.I)
 
 
+# "Never ask again", "Stop asking", "Skip confirmation", "Don't ask": stop asking, i.e.
+# allow from now on, unless a refusal word says otherwise ("Do not ask again, deny").
+_NO_MORE_ASKING = re.compile(r"^\W*(?:never|stop|skip|no|don'?t|do\s+not)\s+(?:ask|asking|confirm\w*|prompt\w*)\b", re.I)
+_REFUSAL = re.compile(r"\b(?:no|deny|denied|reject|decline|refuse|disallow|block)\b", re.I)
+_MAX_WORDS = 256  # an option's words past this say nothing more (and cost the regexes nothing)
+
+
 def infer_kind(label: str, description: str | None = None) -> str | None:
     """The option kind `label` (or else `description`) says, or None when neither tells."""
     for words in (label, description):
         if not isinstance(words, str) or not words:
             continue  # a peer's JSON may hold anything here
+        words = words[:_MAX_WORDS]
+        if _NO_MORE_ASKING.match(words):
+            return "reject_always" if _REFUSAL.search(words, _NO_MORE_ASKING.match(words).end()) else "allow_always"  # type: ignore[union-attr]
         if _REJECT.match(words):
             return "reject_always" if _ALWAYS.search(words) else "reject_once"
         if _ALLOW.match(words):
