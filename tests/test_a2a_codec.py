@@ -182,6 +182,17 @@ def test_streaming_send_request(dialect: str, binding: str) -> None:
     assert doc == json.loads(golden(f"request_stream_v{dialect.replace('.', '')}_{binding}.json"))
 
 
+@pytest.mark.parametrize("theirs", ["x", {"inReplyTo": "their-question"}, ["a"], None])
+def test_a_clients_metadata_passes_on_except_our_own_key(theirs: Any) -> None:
+    """A client's (or an upstream bridge's) `agentBridge` key is never ours: not passed on,
+    never read back as the question our answer is bound to."""
+    client = {"metadata": {"trace": "t-1", codec.META_KEY: theirs}, "extensions": ["https://ext.example/x", 7]}
+    plain = codec.user_message([TextContent(text="hi")], message_id="m", client=client)
+    assert plain.metadata == {"trace": "t-1"} and plain.extensions == ["https://ext.example/x"]
+    answer = codec.user_message([TextContent(text="yes")], message_id="m", task_id="t", in_reply_to="q1", client=client)
+    assert answer.metadata == {"trace": "t-1", codec.META_KEY: {"inReplyTo": "q1"}}
+
+
 def test_the_other_calls_per_dialect_and_binding() -> None:
     msg = codec.user_message([TextContent(text="hi")], message_id="m")
     w10 = wire("1.0", "jsonrpc")

@@ -172,10 +172,11 @@ def user_message(
     """A user message; the first of a session carries no contextId (A2A `docs/topics/life-of-a-task.md`).
 
     `client` is the client's own `{"metadata": {...}, "extensions": [...]}` when it spoke
-    A2A too (`TurnStarted.meta`): passed on as sent, our `agentBridge` key beside its keys."""
+    A2A too (`TurnStarted.meta`): passed on as sent, except our own `agentBridge` key,
+    which only we write (a client's, or an upstream bridge's, is not ours to pass on)."""
     parts = parts_from_blocks(blocks) + (extra_parts or [])
     given = (client or {}).get("metadata")
-    meta: dict[str, Any] | None = dict(given) if isinstance(given, dict) else None
+    meta: dict[str, Any] | None = {k: v for k, v in given.items() if k != META_KEY} if isinstance(given, dict) else None
     if in_reply_to:
         meta = {**(meta or {}), META_KEY: {"inReplyTo": in_reply_to}}
     ext = (client or {}).get("extensions")

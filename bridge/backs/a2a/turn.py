@@ -191,7 +191,8 @@ class A2ASession:
         if message.task_id:
             # Continuing an interrupted task: until the agent moves on, its state still
             # shows the question this message answers.
-            run.stale = (message.metadata or {}).get(codec.META_KEY, {}).get("inReplyTo")
+            ours = (message.metadata or {}).get(codec.META_KEY)
+            run.stale = ours.get("inReplyTo") if isinstance(ours, dict) else None
         while True:
             await self._exchange(run, view, wire, message)
             tracker = run.tracker
