@@ -268,7 +268,11 @@ class TaskProjector:
         meta = tag("progress")
         entry = self._history.setdefault(f"progress:{mid}", Entry(mid, s.ROLE_AGENT, meta))
         parts = parts_from_blocks(event.content) or [s.Part(text="")]
-        entry.parts = entry.parts + parts
+        for b, part in zip(event.content, parts, strict=False):
+            if isinstance(b, TextContent):
+                entry.texts.append(b.text)  # joined once when history is read, like thought chunks
+            else:
+                entry.parts.append(part)
         return self._agent_message(mid, parts, meta)
 
     def _asked(self, q: Question) -> s.Message:
