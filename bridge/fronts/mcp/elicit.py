@@ -33,7 +33,7 @@ def form_of(q: Question) -> dict[str, Any]:
     """The requested schema of `q` (flat, primitive properties only)."""
     if q.kind == "form":
         return q.schema or {"type": "object", "properties": {}}
-    labels = [o.label for o in q.options]
+    labels = _labels(q)
     title = q.header or ("Permission" if q.kind == "permission" else "Choice")
     if q.multi_select:
         choice: dict[str, Any] = {"type": "array", "title": title, "items": {"type": "string", "enum": labels}}
@@ -47,11 +47,20 @@ def form_of(q: Question) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required}
 
 
+def _labels(q: Question) -> list[str]:
+    """The options' labels, each one once: a label two options share gets " (2)", " (3)"...
+    so the label the client picks names exactly one option."""
+    seen: dict[str, int] = {}
+    out = []
+    for o in q.options:
+        n = seen[o.label] = seen.get(o.label, 0) + 1
+        out.append(o.label if n == 1 else f"{o.label} ({n})")
+    return out
+
+
 def _ids(q: Question, picked: Any) -> list[str]:
     labels = picked if isinstance(picked, list) else [picked]
-    by_label = {}
-    for o in q.options:
-        by_label.setdefault(o.label, o.id)
+    by_label = dict(zip(_labels(q), (o.id for o in q.options), strict=True))
     return [by_label[x] for x in labels if isinstance(x, str) and x in by_label]
 
 
