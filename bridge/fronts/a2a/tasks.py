@@ -118,9 +118,10 @@ class TaskService:
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
-        task = session.front_state(A2AContext).task(turn.turn_id)
+        state = session.front_state(A2AContext)
+        task = state.task(turn.turn_id)
         task.mids = {turn.turn_id: msg.message_id}
-        task.keep_sent(turn.turn_id, msg)
+        state.keep_sent(turn.turn_id, turn.turn_id, msg)
         task.refs = refs
         task.quoted = len(quoted)
         projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted), sent=task.sent)
@@ -379,9 +380,7 @@ def _holds_a_task(session: Session) -> bool:
 def _keep_sent(session: Session, projector: TaskProjector, key: str, msg: s.Message) -> None:
     """The client's message as sent, for the task's history: stored with the session and
     known to the projector (which may hold a copy read back from the store)."""
-    task = session.front_state(A2AContext).task(projector.task_id)
-    task.keep_sent(key, msg)
-    if key in task.sent:
+    if session.front_state(A2AContext).keep_sent(projector.task_id, key, msg):
         projector.sent[key] = msg
 
 

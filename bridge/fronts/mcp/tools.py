@@ -8,9 +8,8 @@ are neither thoughts nor a sub-agent's, and text artifacts), plus `structuredCon
 follow as content blocks of their own type (MCP 2025-11-25, Server: Tools, "Tool
 Result"). Structured data in the reply (a data block) is the
 `structuredContent` itself (an object; anything else, or several, as `{"value": v}`;
-with the bridge's `session_id` and `stop_reason`, which win over keys of those names:
-an agent's data must not steer a client into another session), with its whole JSON as a
-text block too (MCP 2025-11-25, Server: Tools, "Structured Content"). Status text
+`session_id` and `stop_reason` added unless it has such keys), with its JSON as a text
+block too (MCP 2025-11-25, Server: Tools, "Structured Content"). Status text
 (progress) is never part of the reply: it is the message of the next progress note. A refused prompt (an unknown slash command, a missing
 argument) and a failed turn are tool errors (`isError`) carrying the message.
 
@@ -141,7 +140,9 @@ class _Collector:
             value = self.data[0].data if len(self.data) == 1 else [d.data for d in self.data]
             obj = dict(value) if isinstance(value, dict) else {"value": value}
             content.append(types.TextContent(text=data_text(DataContent(data=value))))
-            structured = {**obj, **structured}  # ours win; the data is whole in the text block
+            for key, v in structured.items():
+                obj.setdefault(key, v)
+            structured = obj
         return types.CallToolResult(content=[*content, *self.media], structured_content=structured)
 
     def congested(self) -> bool:
