@@ -549,3 +549,24 @@ def test_cache_revalidates_with_the_etag() -> None:
     assert c.fresh(130) and c.revalidations == 1 and c.body == b"{}"
     c.stored("u", b"{}", {"etag": 'W/"2"', "cache-control": "no-store"}, now=200)
     assert not c.fresh(200) and c.conditional_headers() == {}
+
+
+def test_a_client_message_id_reaches_the_agent_once_per_session() -> None:
+    """A client's retry (or two clients choosing one id) never sends one messageId twice."""
+    from types import SimpleNamespace
+
+    from bridge.backs.a2a.turn import A2ASession
+    from bridge.backs.base import SessionContext
+
+    ctx = SessionContext(session_id="s", route="r", cwd="/", options={}, back_ref="ctx-1")
+    session = A2ASession(SimpleNamespace(name="r"), None, ctx)  # type: ignore[arg-type]
+
+    def sent(mid: str | None) -> str:
+        turn = SimpleNamespace(prompt=[TextContent(text="hi")], message_id=mid, message_meta=None)
+        return session._first_message(turn, None).message_id  # type: ignore[arg-type]
+
+    assert sent("client-1") == "client-1"
+    retry, other, none = sent("client-1"), sent("client-2"), sent(None)
+    assert retry not in ("client-1", "") and other == "client-2" and none
+    assert sent(retry) != retry  # a minted id is taken too
+    assert len({"client-1", retry, other, none}) == 4

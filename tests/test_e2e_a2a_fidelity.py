@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,11 @@ async def test_data_progress_ids_history_and_subscribe_cross_the_bridge_as_sent(
     with trio.fail_after(90):
         async with run_agent(tmp_path, "--mode", "both") as agent:
             routes = {
-                "research": {"back": {"kind": "a2a", "url": agent.url}, "cancel_grace_s": 2},
+                "research": {"back": {"kind": "a2a", "url": agent.url}, "cancel_grace_s": 2, "question_timeout_s": 0.5},
                 "typo": {"back": {"kind": "a2a", "url": f"{agent.url}/nothing"}, "cancel_grace_s": 2},
                 "demo": {"back": {"kind": "demo", "chunk_delay_s": 0.0}, "cancel_grace_s": 2},
             }
-            config = base_config(tmp_path, routes, daemon={"shutdown_grace_s": 1}, default_route="demo")
+            config = base_config(tmp_path, routes, daemon={"shutdown_grace_s": 1}, default_route="demo", a2a={"max_subscribers_per_task": 1})
             async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=30) as h:
                 # 3, 8: a data artifact, and the client's own message id, metadata and extensions
                 sent = {"messageId": "client-abc", "role": "ROLE_USER", "parts": [{"text": "data: please"}],
@@ -85,10 +86,26 @@ async def test_data_progress_ids_history_and_subscribe_cross_the_bridge_as_sent(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(subscribe)
                     await first.wait()
+                    # 1: one subscriber per task here ([a2a] max_subscribers_per_task): a second is refused
+                    over_rpc = await call(h, "demo", "SubscribeToTask", {"id": task["id"]})
+                    over_rest = await h.get(f"/a2a/demo/tasks/{task['id']}:subscribe", headers=V10)
                     answer = {"messageId": "client-answer", "role": "ROLE_USER", "taskId": task["id"], "parts": [{"text": "allow"}]}
                     done = (await call(h, "demo", "SendMessage", {"message": answer}))["result"]["task"]
                 history = (await call(h, "demo", "GetTask", {"id": task["id"]}))["result"]["history"]
                 old_path = await h.get(f"/a2a/demo/v1/tasks/{task['id']}:subscribe")
+
+                # 1: a subscriber waiting on an interrupted task ends cleanly when the daemon stops (0.3: final)
+                # (the agent's question goes unanswered: the turn ends interrupted, the task waits)
+                ask = {"messageId": "client-ask-2", "role": "ROLE_USER", "parts": [{"text": "askfree: go on?"}]}
+                waiting = (await call(h, "research", "SendMessage", {"message": ask}))["result"]["task"]
+                at_stop: list[dict[str, Any]] = []
+                async with h.stream("POST", "/a2a/research", json=rpc("tasks/resubscribe", {"id": waiting["id"]})) as resp:
+                    async for ln in resp.aiter_lines():
+                        if ln.startswith("data: "):
+                            at_stop.append(json.loads(ln.removeprefix("data: "))["result"])
+                            if len(at_stop) > 1 and at_stop[-1].get("final") and len([e for e in at_stop if e.get("final")]) == 1:
+                                d.signal(signal.SIGTERM)  # the turn ended interrupted: the stream waits for the next
+                exit_code = await d.wait()
 
     # 3: a data part, 42 an integer, in 1.0 (JSON-RPC and HTTP+JSON) and 0.3
     (art,) = data_task["artifacts"]
@@ -126,6 +143,14 @@ async def test_data_progress_ids_history_and_subscribe_cross_the_bridge_as_sent(
     assert done["status"]["state"] == "TASK_STATE_COMPLETED"
     assert old_path.status_code != 404 and "ID:subscribe" not in old_path.text  # 0.3 path: SubscribeToTask (of a finished task)
     assert "unknown task" not in old_path.text
+
+    # 1: over the bound, -32603 saying which (A2A has no resource-limit error), HTTP+JSON 503;
+    # at the stop, the waiting stream got its task's status (final in 0.3) and its end
+    assert over_rpc["error"]["code"] == -32603 and "max_subscribers_per_task" in over_rpc["error"]["message"], over_rpc
+    assert over_rest.status_code == 503 and "max_subscribers_per_task" in over_rest.text, over_rest.text
+    ended = [e["status"]["state"] for e in at_stop if e.get("final")]
+    assert at_stop[0]["kind"] == "task" and ended == ["input-required", "input-required"], at_stop
+    assert exit_code == 0
 
     # 9: the client's messages as sent, and the question between them, in order
     assert [m["messageId"] for m in history if m["role"] == "ROLE_USER"] == ["client-ask", "client-answer"]

@@ -160,6 +160,15 @@ class Session(TurnRunner, Journal):
                 await self.turn.wait()
         self._closed.set()
 
+    @property
+    def closed(self) -> bool:
+        """Closing or closed: no turn starts here any more."""
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        """Until the session closes (a front lets go of what it holds for it)."""
+        await self._closed.wait()
+
     def idle_for(self, now: float) -> float | None:
         """How long nobody has used it; None while a turn runs or a client is attached."""
         if self.busy or self._subscribers or self.client_services is not None or self._closed.is_set():

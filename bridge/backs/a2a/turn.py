@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
@@ -53,10 +54,7 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
-def _message_id(turn: TurnHandle) -> str:
-    """The client's own id for its prompt when it gave one (an A2A client: a proxy keeps the
-    ids it is sent, a2a.proto `Message.message_id`), else a new one."""
-    return turn.message_id or _new_id()
+_IDS_KEPT = 4096  # message ids one session remembers having sent, to never send one twice
 
 
 class _Interrupted(NamedTuple):
@@ -107,6 +105,19 @@ class A2ASession:
         self.interrupted: _Interrupted | None = None
         self.run: _TaskTurn | None = None
         self._questions = 0
+        self._sent_ids: OrderedDict[str, None] = OrderedDict()  # the newest `_IDS_KEPT` ids sent
+
+    def _message_id(self, turn: TurnHandle) -> str:
+        """The client's id for its prompt (a proxy keeps the ids it is sent) unless this session
+        sent it already (a retry, two clients' same id), else a new one: a2a.proto `Message.message_id` is unique."""
+        mid = turn.message_id
+        if mid in self._sent_ids:
+            log.debug("route %s: message id %r was already sent in this context; a new one is used", self.http.name, mid)
+        mid = mid if mid and mid not in self._sent_ids else _new_id()
+        self._sent_ids[mid] = None
+        if len(self._sent_ids) > _IDS_KEPT:
+            self._sent_ids.popitem(last=False)
+        return mid
 
     async def set_option(self, option_id: str, value: str) -> None:
         pass  # A2A has no session options (no counterpart of ACP `session/set_config_option`)
@@ -143,7 +154,7 @@ class A2ASession:
                 log.info("route %s: task %s cannot continue (%s); starting a new task", self.http.name, tracker.task_id, exc)
                 run.tracker = tracker = TaskTracker()
                 run.task_known, run.stale = trio.Event(), None
-                fresh = codec.user_message(turn.prompt, message_id=_message_id(turn), context_id=self.context_id, client=turn.message_meta)
+                fresh = codec.user_message(turn.prompt, message_id=self._message_id(turn), context_id=self.context_id, client=turn.message_meta)
                 stop = await self._turn(run, view, wire, fresh)
             clean = True
             return stop
@@ -165,7 +176,7 @@ class A2ASession:
     def _first_message(self, turn: TurnHandle, intr: _Interrupted | None) -> s.Message:
         if intr is None:
             # The first message of a session carries no contextId; later ones carry it (A2A `docs/topics/life-of-a-task.md`).
-            return codec.user_message(turn.prompt, message_id=_message_id(turn), context_id=self.context_id, client=turn.message_meta)
+            return codec.user_message(turn.prompt, message_id=self._message_id(turn), context_id=self.context_id, client=turn.message_meta)
         task_id = intr.tracker.task_id
         status = intr.tracker.status
         stale = status.message.message_id if status and status.message else None
@@ -175,14 +186,14 @@ class A2ASession:
             if answer.selected:
                 return codec.user_message(
                     [],
-                    message_id=_message_id(turn),
+                    message_id=self._message_id(turn),
                     context_id=self.context_id,
                     task_id=task_id,
                     in_reply_to=asked.message_id or None,
                     extra_parts=codec.answer_parts(asked, answer),
                 )
         return codec.user_message(
-            turn.prompt, message_id=_message_id(turn), context_id=self.context_id, task_id=task_id, in_reply_to=stale,
+            turn.prompt, message_id=self._message_id(turn), context_id=self.context_id, task_id=task_id, in_reply_to=stale,
             client=turn.message_meta,
         )  # fmt: skip
 

@@ -83,6 +83,10 @@ class A2AFrontConfig(ConfigStruct):
     push_queue_max: Annotated[int, msgspec.Meta(ge=16)] = 256
     # Events waiting for one SSE client; over this the stream is closed (its task goes on).
     stream_queue_max_events: Annotated[int, msgspec.Meta(ge=16)] = 8192
+    # SubscribeToTask streams: per task, and in all waiting on interrupted tasks
+    # (bridge/fronts/a2a/waiting.py); over either, SubscribeToTask is refused.
+    max_subscribers_per_task: Annotated[int, msgspec.Meta(ge=1)] = 16
+    max_waiting_subscribers: Annotated[int, msgspec.Meta(ge=1)] = 1024
     heartbeat_s: PositiveSeconds = 15.0  # a `: keepalive` comment on a quiet stream
     # A session the A2A front opened is closed (its agent freed) after this long with no
     # task running or waiting for input; a later message on its context reopens it.

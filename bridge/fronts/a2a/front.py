@@ -46,7 +46,7 @@ from bridge.codecs.a2a_server import A2AFault, EventEncoder
 from bridge.codecs.a2a_dialect import Binding, Dialect
 from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
-from bridge.errors import BridgeError, FrameTooLarge, InternalError, PeerError, codes_for
+from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, codes_for
 from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
@@ -286,7 +286,7 @@ class A2AFront:
             except BridgeError as exc:
                 _log(exc, scope)
                 fault = _fault(exc)
-                status = 413 if isinstance(exc, FrameTooLarge) else None
+                status = 413 if isinstance(exc, FrameTooLarge) else 503 if isinstance(exc, Overloaded) else None
                 code, err = wire.rest_error(fault, dialect, status=status)
                 await send_bytes(send, code, err, content_type="application/json")
             except A2AFault as fault:
@@ -336,13 +336,10 @@ class A2AFront:
             return stream
         live = self.tasks.live.get(req.id)
         if live is not None and live.session.record.route == name:
+            self.tasks.waiting.check(req.id, running=sum(st.to_end for st in live.streams))
             live.attach(stream)
             return stream
-        projector = await self.tasks.task(name, req.id)
-        if projector.state in s.TERMINAL_STATES:
-            raise A2AFault("UnsupportedOperation", f"task {req.id} is {projector.state}: a finished task has no stream; GetTask reads it")
-        stream.put(encoder.frame(encoder.payload(s.StreamResponse(task=projector.snapshot()))))
-        self.tasks.wait_for_next(req.id, stream)  # interrupted, its turn over: open until a message continues it
+        await self.tasks.subscribe_waiting(name, req.id, stream)  # interrupted, its turn over: open until a message continues it
         return stream
 
 

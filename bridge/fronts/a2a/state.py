@@ -11,8 +11,9 @@ lists only those, and a `contextId` naming any other session is unknown.
 - `cont`: continuation turn → its task (a task interrupted then resumed spans turns).
 - `tasks`: task id → `A2ATask`: its last `state` and `ts` once its turn ended, the `turns`
   after its first, the client's message ids (`mids`), the client's messages as sent
-  (`sent`, by turn id or question id, each up to `SENT_MAX_BYTES`: task history shows
-  them so; a larger one is rebuilt from the events), `refs` (referenceTaskIds),
+  (`sent`, by turn id or question id, each up to `SENT_MAX_BYTES`, the session's newest
+  `SENT_MAX_MESSAGES` within `SENT_BUDGET_BYTES`, since the record is rewritten at every
+  turn end: task history shows them so; any other is rebuilt from the events), `refs` (referenceTaskIds),
   `quoted` (blocks of referenced replies put before the prompt) and `push` configs.
 """
 
@@ -26,10 +27,12 @@ import msgspec
 from bridge.schema import a2a as s
 from bridge.session import FrontState
 
-__all__ = ["A2AContext", "A2APushConfig", "A2ATask", "SENT_MAX_BYTES"]
+__all__ = ["A2AContext", "A2APushConfig", "A2ATask", "SENT_BUDGET_BYTES", "SENT_MAX_BYTES", "SENT_MAX_MESSAGES"]
 
 _enc = msgspec.json.Encoder()
 SENT_MAX_BYTES = 16 * 1024  # a client message kept as sent (it is rewritten with every record)
+SENT_MAX_MESSAGES = 32  # ... and per session, the newest ones
+SENT_BUDGET_BYTES = 128 * 1024
 
 
 class A2APushConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -62,11 +65,6 @@ class A2ATask(msgspec.Struct, kw_only=True, omit_defaults=True):
     quoted: int = 0
     push: list[A2APushConfig] = []
 
-    def keep_sent(self, key: str, message: s.Message) -> None:
-        """Keep the client's message as sent, unless it is large."""
-        if len(_enc.encode(message)) <= SENT_MAX_BYTES:
-            self.sent[key] = message
-
 
 class A2AContext(FrontState):
     meta_key: ClassVar[str | None] = "a2a"
@@ -83,3 +81,19 @@ class A2AContext(FrontState):
         if task is None:
             task = self.tasks[task_id] = A2ATask()
         return task
+
+    def keep_sent(self, task_id: str, key: str, message: s.Message) -> bool:
+        """Keep the client's message as sent, unless it is large; the session's oldest ones (the
+        oldest tasks' first) go past `SENT_MAX_MESSAGES` or `SENT_BUDGET_BYTES`. Whether `message` is kept."""
+        size = len(_enc.encode(message))
+        if size > SENT_MAX_BYTES:
+            return False
+        kept = [(t, k, len(_enc.encode(m))) for t in self.tasks.values() for k, m in t.sent.items()]
+        count, total = len(kept) + 1, sum(n for _, _, n in kept) + size
+        for task, k, n in kept:
+            if count <= SENT_MAX_MESSAGES and total <= SENT_BUDGET_BYTES:
+                break
+            del task.sent[k]
+            count, total = count - 1, total - n
+        self.task(task_id).sent[key] = message
+        return True

@@ -43,6 +43,7 @@ from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
 from bridge.fronts.a2a.read import list_tasks, replay
 from bridge.fronts.a2a.state import A2AContext
 from bridge.fronts.a2a.stream import LiveTask, SseStream
+from bridge.fronts.a2a.waiting import WaitingStreams
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 
@@ -60,8 +61,7 @@ class TaskService:
         self.cfg = cfg
         self.manager = manager
         self.live: dict[str, LiveTask] = {}
-        # SubscribeToTask streams of interrupted tasks whose turn is over, until a message continues them.
-        self._waiting: dict[str, list[SseStream]] = {}
+        self.waiting = WaitingStreams(cfg, manager)  # SubscribeToTask streams of interrupted tasks between turns
         self._recent: OrderedDict[str, tuple[str, str, TaskProjector]] = OrderedDict()  # task → (route, session id, projector)
         # Our sessions with nothing running, longest idle first → since when.
         self._idle: OrderedDict[str, float] = OrderedDict()
@@ -118,9 +118,10 @@ class TaskService:
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
-        task = session.front_state(A2AContext).task(turn.turn_id)
+        state = session.front_state(A2AContext)
+        task = state.task(turn.turn_id)
         task.mids = {turn.turn_id: msg.message_id}
-        task.keep_sent(turn.turn_id, msg)
+        state.keep_sent(turn.turn_id, turn.turn_id, msg)
         task.refs = refs
         task.quoted = len(quoted)
         projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted), sent=task.sent)
@@ -135,8 +136,8 @@ class TaskService:
 
     def _run(self, session: Session, projector: TaskProjector, turn: Any, content: list[ContentBlock]) -> LiveTask:
         live = LiveTask(session, projector, turn, on_state=self._state_changed, on_end=self._ended)
-        live.handoff = lambda stream: self.wait_for_next(projector.task_id, stream)
-        for stream in self._waiting.pop(projector.task_id, []):
+        live.handoff = lambda stream: self.waiting.add(projector, stream, session)
+        for stream in self.waiting.take(projector.task_id):
             live.follow(stream)
         self.live[projector.task_id] = live
         self._idle.pop(session.id, None)
@@ -189,19 +190,15 @@ class TaskService:
         await session.save_record()  # the continuation is findable after a crash
         return live
 
-    def wait_for_next(self, task_id: str, stream: SseStream) -> None:
-        """A subscriber of an interrupted task whose turn is over: it hears the turn that
-        continues the task (A2A spec §3, SubscribeToTask: open until a terminal state)."""
-        waiting = self._waiting.setdefault(task_id, [])
-        waiting.append(stream)
-
-        def gone(s: SseStream) -> None:
-            if s in waiting:
-                waiting.remove(s)
-            if not waiting and self._waiting.get(task_id) is waiting:
-                del self._waiting[task_id]
-
-        stream.on_close = gone
+    async def subscribe_waiting(self, route: str, task_id: str, stream: SseStream) -> None:
+        """SubscribeToTask on a task that is not running: the task as it is, then, if it is
+        interrupted, its next turn (A2A spec §3, SubscribeToTask: open until a terminal state)."""
+        session_id, projector = await self._load(route, task_id)
+        if projector.state in s.TERMINAL_STATES:
+            raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}: a finished task has no stream; GetTask reads it")
+        self.waiting.check(task_id)
+        stream.put(stream.encoder.frame(stream.encoder.payload(s.StreamResponse(task=projector.snapshot()))))
+        self.waiting.add(projector, stream, self.manager.live(session_id))
 
     @staticmethod
     def _check(route: str, task_route: str, context_id: str, asked: str | None, task_id: str) -> None:
@@ -360,9 +357,7 @@ class TaskService:
         self._went_idle(session)
         if self.push is not None:
             self.push.notify(session, projector, event)
-        for stream in self._waiting.pop(task_id, []):
-            stream.put(stream.encoder.frame(stream.encoder.payload(event)))
-            stream.close()
+        self.waiting.end(task_id, event)
         return projector
 
     # -- listing ---------------------------------------------------------------------------------
@@ -379,9 +374,7 @@ def _holds_a_task(session: Session) -> bool:
 def _keep_sent(session: Session, projector: TaskProjector, key: str, msg: s.Message) -> None:
     """The client's message as sent, for the task's history: stored with the session and
     known to the projector (which may hold a copy read back from the store)."""
-    task = session.front_state(A2AContext).task(projector.task_id)
-    task.keep_sent(key, msg)
-    if key in task.sent:
+    if session.front_state(A2AContext).keep_sent(projector.task_id, key, msg):
         projector.sent[key] = msg
 
 
