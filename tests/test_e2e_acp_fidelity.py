@@ -99,10 +99,12 @@ async def test_every_kind_reaches_the_editor_as_acp_says_and_replays_the_same(re
     assert start < elicit[0] < end
     for perm, said in ((choose, "You chose: Red. You said: hello"), (choose_again, "You chose: Red. You said: again")):
         assert perm["toolCall"]["title"] == "Which colours do you like?"
+        # A choice's options say neither allow nor reject: never a reject kind an
+        # auto-rejecting client could pick (bridge/codecs/acp.py, permission_request).
         assert [(o["name"], o["kind"]) for o in perm["options"]] == [
-            ("Red", "reject_once"),
-            ("Green", "reject_once"),
-            ("Blue", "reject_once"),
+            ("Red", "allow_once"),
+            ("Green", "allow_once"),
+            ("Blue", "allow_once"),
         ]
     assert text(turn_updates(r, sid, 3)) == "You chose: Red. You said: hello"
     assert text(turn_updates(r, sid, 4)) == "You chose: Red. You said: again"
