@@ -118,6 +118,10 @@ class Renderer:
         elif isinstance(event, ev.ArtifactUpdated):
             self._write("text", prefix, "".join(_text(p) for p in event.parts))
         elif isinstance(event, ev.ProgressReported):
+            if self._mode is not None:  # its own line, never glued to the text before it
+                self.out.write("\n")
+                self.out.flush()
+                self._mode = None
             self.err.write(self._style("2", prefix + text_of(event.content)) + "\n")
             self.err.flush()
         elif isinstance(event, ev.PlanUpdated):
