@@ -13,21 +13,17 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
-import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
+from npm_support import node_exe, npm_ci
 
 PEERS = Path(__file__).resolve().parent / "peers"
 EVERYTHING_DIR = PEERS / "mcp_everything"
@@ -37,36 +33,9 @@ EVERYTHING_HTTP = EVERYTHING_DIR / "http.mjs"
 PROMPTS_SERVER = PEERS / "mcp_prompts_server.py"
 
 
-def npm_ci(directory: Path, package: str) -> None:
-    """Install `directory`'s lockfile unless `package` is there at its pinned version (one at a time)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail("npm is required for the MCP peers (install Node.js 20 or newer)", pytrace=False)
-    pinned = json.loads((directory / "package.json").read_text())["dependencies"][package]
-    manifest = directory / "node_modules" / package / "package.json"
-
-    def installed() -> str | None:
-        return json.loads(manifest.read_text())["version"] if manifest.exists() else None
-
-    lock = Path(tempfile.gettempdir()) / f"agent-bridge-npm-ci-{zlib.crc32(str(directory).encode()):08x}.lock"
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        if installed() != pinned:
-            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=directory, capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                pytest.fail(f"npm ci in {directory} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}", pytrace=False)
-    if installed() != pinned:
-        pytest.fail(f"npm ci left {package} {installed()}, package.json pins {pinned}", pytrace=False)
-
-
 def node_and_everything() -> str:
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("node is required for the MCP tests (server-everything); install Node.js 20 or newer", pytrace=False)
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    if int(re.match(r"v(\d+)", version).group(1)) < 20:  # type: ignore[union-attr]
-        pytest.fail(f"server-everything needs Node.js 20 or newer, found {version}", pytrace=False)
-    npm_ci(EVERYTHING_DIR, EVERYTHING_PKG)
+    node = node_exe()
+    npm_ci(EVERYTHING_DIR)
     return node
 
 

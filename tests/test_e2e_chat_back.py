@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import struct
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,7 +29,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from daemon_support import start_daemon
+from daemon_support import serve_peer, start_daemon
 from steps_support import Drive, error, make_drive, step, stop
 
 PEERS = Path(__file__).resolve().parent / "peers"
@@ -55,26 +53,9 @@ class SioServer:
 
 @contextlib.asynccontextmanager
 async def sio_server(tmp_path: Path, *args: str) -> AsyncIterator[SioServer]:
-    err = open(tmp_path / f"sio-{len(list(tmp_path.iterdir()))}.log", "wb")  # noqa: SIM115
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, str(SERVER), *args], stdout=subprocess.PIPE, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        with trio.fail_after(30):
-            while b"\n" not in buf:
-                chunk = await proc.stdout.receive_some()
-                assert chunk, f"the Socket.IO server exited: {open(err.name).read()}"
-                buf += chunk
-        yield SioServer(int(buf.split(b"\n")[0].split()[1]))
-    finally:
-        proc.terminate()
-        with trio.move_on_after(5, shield=True):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-        err.close()
+    log = tmp_path / f"sio-{len(list(tmp_path.iterdir()))}.log"
+    async with serve_peer([sys.executable, str(SERVER), *args], log) as port:
+        yield SioServer(port)
 
 
 class CutProxy:

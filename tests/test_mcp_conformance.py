@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from mcp_support import PEERS, npm_ci
+from mcp_support import PEERS
+from npm_support import npm_ci
 
 CEILING_S = 240
 HERE = PEERS / "mcp_conformance"
@@ -47,8 +48,7 @@ IMPLEMENTED = {
 
 @pytest.fixture(scope="module")
 def node22() -> Path:
-    npm_ci(HERE, "@modelcontextprotocol/conformance")
-    npm_ci(HERE, "node")
+    npm_ci(HERE)
     version = subprocess.run([str(NODE22), "--version"], capture_output=True, text=True, check=False)
     if version.returncode != 0 or not version.stdout.startswith("v22."):
         pytest.fail(f"the Node 22 from npm does not run here: {version.stdout}{version.stderr}", pytrace=False)
