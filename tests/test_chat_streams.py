@@ -151,11 +151,11 @@ class SlowEndStore(MemoryStore):
         self.release = trio.Event()
         self.holding = trio.Event()
 
-    async def save(self, session: Any, *, turns: Any = (), batch: Any = None) -> None:
+    async def save(self, session: Any, *, turns: Any = (), **kw: Any) -> None:
         if any(t.ended_at is not None for t in turns):
             self.holding.set()
             await self.release.wait()
-        await super().save(session, turns=turns, batch=batch)
+        await super().save(session, turns=turns, **kw)
 
 
 async def test_a_runs_end_reaches_watchers_only_once_it_is_stored() -> None:

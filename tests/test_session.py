@@ -582,12 +582,12 @@ async def test_a_session_never_writes_back_a_front_state_it_could_not_read() -> 
     async with running() as manager:
         session = await manager.create("demo", cwd="/")
         bad = {"tasks": {"t2": {"turns": "not a list"}}, "side": ["s2"]}
-        session.record.meta["a2a"] = bad
+        session.record.states["a2a"] = bad
         assert session.front_state(A2AContext).tasks == {}
         session.front_state(A2AContext).held = "t9"  # a front writing into what it could read
         await session.save_record()
         stored = await manager.store.get_session(session.id)
-        assert stored is not None and stored.meta["a2a"] == bad
+        assert stored is not None and stored.states["a2a"] == bad
 
 
 def test_records_and_push_configs_hide_secrets_in_every_repr() -> None:
@@ -595,7 +595,9 @@ def test_records_and_push_configs_hide_secrets_in_every_repr() -> None:
     from bridge.store import SessionRecord
 
     push = A2APushConfig(id="p", url="https://h/x", token="SECRET-1", credentials="SECRET-2")
-    record = SessionRecord(session_id="s", route="r", created_at=0, updated_at=0, meta={"a2a": {"push": "SECRET-3"}})
+    record = SessionRecord(
+        session_id="s", route="r", created_at=0, updated_at=0, meta={"x": "SECRET-4"}, states={"a2a": {"push": "SECRET-3"}}
+    )
     for shown in (repr(push), repr(list(push.__rich_repr__())), repr(record), repr(list(record.__rich_repr__()))):
         assert "SECRET" not in shown
 

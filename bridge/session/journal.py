@@ -10,8 +10,10 @@ events bounded in memory). A turn's end is flushed before `Turn.wait()` returns
 (bridge/session/live.py), so a finished turn is durable before any client hears that
 it finished.
 
-Every write of the record goes through here (`flush`, `save_record`), so the fronts'
-typed state (bridge/session/state.py) is encoded into `record.meta` before each one.
+Every write of the record goes through here (`flush`, `save_record`): the fronts' typed
+state (bridge/session/state.py) whose encoding changed since it was stored, and the
+task records a front staged (`stage_task`), go with it. The session record keeps a
+summary (turn count, the last stop reason) that the turns update as they start and end.
 `flush_or_close` is the journal's boundary (STYLE.md rule 17): events the store cannot
 take close that one session, logged, and nothing else.
 """
@@ -27,7 +29,7 @@ import trio
 from bridge.core.events import Event, encode_events
 from bridge.session.interfaces import TurnObserver
 from bridge.session.state import FrontState, encode_front_state, load_front_state
-from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord
+from bridge.store import SessionRecord, Store, StoredBatch, TaskRecord, TurnRecord
 
 __all__ = ["FLUSH_AT_EVENTS", "MAX_PENDING_EVENTS", "Flusher", "Journal"]
 
@@ -65,19 +67,32 @@ class Journal:
         self._pending: list[Event] = []
         self._unsaved_turns: dict[str, TurnRecord] = {}  # written with the next flush
         self._flush_lock = trio.Lock()
+        self._unsaved_tasks: dict[str, TaskRecord] = {}  # staged by a front, written with the next flush
         self._front_states: dict[type[Any], FrontState] = {}  # decoded once (bridge/session/state.py)
         self._kept_as_stored: set[type[Any]] = set()  # states that did not decode: never written back
+        self._stored_states: dict[str, bytes] = {}  # each state's JSON as last stored
 
-    def _encode_front_states(self) -> None:
+    def _changed_states(self) -> list[str]:
+        """Encode every front state into `record.states`; the keys whose JSON changed
+        since they were stored (marked stored here: a failed save closes the session)."""
+        changed: list[str] = []
         for kind, state in self._front_states.items():
-            if kind not in self._kept_as_stored:
-                encode_front_state(self.record.meta, state)
+            if kind in self._kept_as_stored:
+                continue
+            raw, encoded = encode_front_state(state)
+            if self._stored_states.get(kind.key) != encoded:
+                self.record.states[kind.key] = raw
+                self._stored_states[kind.key] = encoded
+                changed.append(kind.key)
+        return changed
 
     def _load_front_state(self, kind: type[S]) -> S | None:
-        state, writable = load_front_state(self.record.meta, kind)
+        state, writable = load_front_state(self.record.states, kind)
         if state is not None:
             self._front_states[kind] = state
-            if not writable:
+            if writable:
+                self._stored_states[kind.key] = encode_front_state(state)[1]
+            else:
                 self._kept_as_stored.add(kind)
         return state
 
@@ -104,16 +119,26 @@ class Journal:
         (the chat back reads the chat front's run options there: bridge/backs/chat/server.py)."""
         state = self._front_states.get(kind)
         if state is not None and kind not in self._kept_as_stored:
-            encode_front_state(self.record.meta, state)
+            self.record.states[kind.key] = encode_front_state(state)[0]
 
-    async def flush(self) -> None:
-        """Write the pending events, the session record and the turn record that changed
-        since the last flush, in one transaction."""
+    def stage_task(self, task: TaskRecord) -> None:
+        """Write `task` (a front's task row, bridge/store/base.py `TaskRecord`) with the
+        next flush; a later staging of the same task replaces it."""
+        if not self._pending and not self._unsaved_turns and not self._unsaved_tasks:
+            self.manager.flusher.dirty(self)
+        self._unsaved_tasks[task.task_id] = task
+
+    async def flush(self, *, record: bool = False) -> None:
+        """Write the pending events, the session record, the turn and task records and
+        the front states that changed since the last flush, in one transaction (the
+        record alone too when `record`)."""
         async with self._flush_lock:
-            if not self._pending and not self._unsaved_turns:
+            states = self._changed_states() if self._front_states else []
+            if not (self._pending or self._unsaved_turns or self._unsaved_tasks or states or record):
                 return
             batch, self._pending = self._pending, []
             turns, self._unsaved_turns = list(self._unsaved_turns.values()), {}
+            tasks, self._unsaved_tasks = list(self._unsaved_tasks.values()), {}
             stored = None
             if batch:
                 observer = self.manager.observer
@@ -124,10 +149,8 @@ class Journal:
                 self.record.updated_at = time.time()
                 self.record.last_seq = batch[-1].seq
                 stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
-            if self._front_states:
-                self._encode_front_states()
             with trio.CancelScope(shield=True):
-                await self.manager.store.save(self.record, turns=turns, batch=stored)
+                await self.manager.store.save(self.record, turns=turns, batch=stored, tasks=tasks, states=states)
 
     async def flush_or_close(self) -> None:
         """`flush`, inside this session's boundary: events the store cannot take (its
@@ -139,11 +162,10 @@ class Journal:
             self._closed.set()
 
     async def save_record(self) -> None:
-        """Store the session record now (with the fronts' state), outside a flush: for a
-        change that must be findable after a crash before the next event is stored."""
-        if self._front_states:
-            self._encode_front_states()
-        await self.manager.store.put_session(self.record)
+        """Store the session record now, with what changed of the fronts' state and the
+        staged tasks (and any pending events): for a change that must be findable after
+        a crash before the next flush."""
+        await self.flush(record=True)
 
 
 class Flusher:

@@ -33,7 +33,7 @@ turn before the back sees it (a source that fails it fails the turn, `PromptErro
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal, Protocol
 
 import trio
@@ -85,7 +85,9 @@ class SessionOwner(Protocol):
 
     def unwatch_idle(self, turn: Turn) -> None: ...
 
-    async def read_events(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
+    async def read_events(self, session_id: str, after_seq: int = 0, *, through_seq: int | None = None) -> list[Event]: ...
+
+    def event_pages(self, session_id: str, after_seq: int = 0, *, through_seq: int | None = None) -> AsyncIterator[list[Event]]: ...
 
 
 class Session(TurnRunner, Journal):
@@ -284,10 +286,16 @@ class Session(TurnRunner, Journal):
     def last_seq(self) -> int:
         return self._seq
 
-    async def history(self, after_seq: int = 0) -> list[Event]:
-        """Every event after `after_seq`: stored batches, then what is still pending."""
+    async def history(self, after_seq: int = 0, *, through_seq: int | None = None) -> list[Event]:
+        """Every event in (after_seq, through_seq]: what is pending is stored first."""
         await self.flush()
-        return await self.manager.read_events(self.id, after_seq)
+        return await self.manager.read_events(self.id, after_seq, through_seq=through_seq)
+
+    async def history_pages(self, after_seq: int = 0, *, through_seq: int | None = None) -> AsyncIterator[list[Event]]:
+        """`history`, in bounded pages (bridge/session/manager.py `event_pages`)."""
+        await self.flush()
+        async for page in self.manager.event_pages(self.id, after_seq, through_seq=through_seq):
+            yield page
 
     # -- turns ----------------------------------------------------------------------
     def start_turn(
@@ -313,12 +321,15 @@ class Session(TurnRunner, Journal):
         self.last_used = trio.current_time()
         if self.record.title is None:
             self.record.title = title_of(content)
-        self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
-        turn.first_seq = self._seq
-        # Stored with its TurnStarted event at the next flush, not on any client's path.
-        self._unsaved_turns[turn.turn_id] = TurnRecord(
+        turn.first_seq = self._seq + 1  # its TurnStarted's
+        # Stored with its TurnStarted event at the next flush, not on any client's path;
+        # made before the event, so a subscriber may note its stream position on it.
+        turn.record = self._unsaved_turns[turn.turn_id] = TurnRecord(
             turn_id=turn.turn_id, session_id=self.id, started_at=turn.started_at, first_seq=turn.first_seq
         )
+        self.record.turn_count += 1
+        self.record.last_stop, self.record.last_cut = None, False
+        self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
         self._nursery.start_soon(self._run_turn, turn)
         return turn
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
@@ -43,7 +43,11 @@ from bridge.session.supervised import SupervisedNursery
 from bridge.session.turn import Turn, new_id
 from bridge.store import SessionRecord, Store
 
-__all__ = ["SessionManager"]
+__all__ = ["EVENT_PAGE_BATCHES", "SessionManager"]
+
+# Stored batches read at a time by `event_pages` (a batch is one flush: usually a few
+# events, at most `FLUSH_AT_EVENTS`-odd under a fast back).
+EVENT_PAGE_BATCHES = 32
 
 log = logging.getLogger("bridge.session")
 
@@ -253,11 +257,31 @@ class SessionManager:
     def live(self, session_id: str) -> Session | None:
         return self._live.get(session_id)
 
-    async def read_events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+    async def read_events(self, session_id: str, after_seq: int = 0, *, through_seq: int | None = None) -> list[Event]:
+        """The stored events in (after_seq, through_seq]."""
         out: list[Event] = []
-        for batch in await self.store.read_batches(session_id, after_seq=after_seq):
-            out.extend(e for e in decode_events(batch.blob) if e.seq > after_seq)
+        async for page in self.event_pages(session_id, after_seq, through_seq=through_seq):
+            out.extend(page)
         return out
+
+    async def event_pages(
+        self, session_id: str, after_seq: int = 0, *, through_seq: int | None = None, batches: int = EVENT_PAGE_BATCHES
+    ) -> AsyncIterator[list[Event]]:
+        """The stored events in (after_seq, through_seq], `batches` stored batches at a
+        time: a long history streams out in bounded pages, read from where it is wanted."""
+        while True:
+            found = await self.store.read_batches(session_id, after_seq=after_seq, through_seq=through_seq, limit=batches)
+            page = [
+                e for b in found for e in decode_events(b.blob)
+                if e.seq > after_seq and (through_seq is None or e.seq <= through_seq)
+            ]  # fmt: skip
+            if page:
+                yield page
+            if len(found) < batches:
+                return
+            after_seq = found[-1].last_seq
+            if through_seq is not None and after_seq >= through_seq:
+                return
 
     async def close_all(self) -> None:
         for session in list(self._live.values()):

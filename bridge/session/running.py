@@ -119,16 +119,13 @@ class TurnRunner:
         self._emit(ended)
         # The end record replaces a start record not yet flushed; either way it is
         # written after it (one flush at a time), with the last events and the session.
-        self._unsaved_turns[turn.turn_id] = TurnRecord(
-            turn_id=turn.turn_id,
-            session_id=self.id,
-            started_at=turn.started_at,
-            first_seq=turn.first_seq,
-            ended_at=time.time(),
-            last_seq=ended.seq,
-            stop_reason=stop.value,
-            error=error.message if error else None,
-        )
+        record = turn.record
+        if record is None:  # a turn made without `start_turn` (tests)
+            record = turn.record = TurnRecord(turn_id=turn.turn_id, session_id=self.id, started_at=turn.started_at, first_seq=turn.first_seq)
+        record.ended_at, record.last_seq = time.time(), ended.seq
+        record.stop_reason, record.error = stop.value, error.message if error else None
+        self._unsaved_turns[turn.turn_id] = record
+        self.record.last_stop = stop.value
         with trio.CancelScope(shield=True):
             await self.flush_or_close()  # a store failure must not leave the turn's waiters hanging
         turn.ended = ended

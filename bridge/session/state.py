@@ -1,17 +1,16 @@
-"""Typed per-front state kept with a session's record.
+"""Typed per-front state kept with a session.
 
-A front keeps what it must remember about a session (the A2A front its tasks and side
-sessions, the chat front its headless runs) as a `FrontState`: a msgspec Struct that
-names where it lives in `SessionRecord.meta` (bridge/store/base.py). A live session
-decodes it once, on first use (`Session.front_state(kind)`), hands the same object to
-every caller, and encodes it back into the record whenever the record is written
-(`Session.flush`, `Session.save_record`), so the store keeps `meta` as plain JSON and
-the state survives a daemon restart.
+A front keeps what it must remember about a session (the A2A front its context's side
+sessions and the task waiting for input, the chat front its intent and headless runs)
+as a `FrontState`: a msgspec Struct that names its `key`. A live session decodes it
+once, on first use (`Session.front_state(kind)`), hands the same object to every
+caller, and the journal writes it back to `SessionRecord.states[key]` whenever its
+encoding changed since it was last stored (bridge/session/journal.py): one store row
+per front and session, never rewritten when nothing changed. What grows with a
+session's life does not belong here: A2A tasks are rows of their own
+(bridge/store/base.py `TaskRecord`).
 
-Where it lives: with `meta_key` set, the whole Struct is `meta[meta_key]`; with
-`meta_key = None` its fields are top-level keys of `meta` (for state whose keys are
-already on disk at the top level, or read there by someone else). Fields at their
-default are omitted, so a state that was never changed writes nothing but its key.
+Fields at their default are omitted, so a state that was never changed stores `{}`.
 """
 
 from __future__ import annotations
@@ -25,33 +24,29 @@ __all__ = ["FrontState", "decode_front_state", "encode_front_state", "load_front
 
 log = logging.getLogger("bridge.session")
 
+_enc = msgspec.json.Encoder()
+
 
 class FrontState(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Base of a front's typed state; subclasses set `meta_key` (or None: flat)."""
+    """Base of a front's typed state; subclasses set `key`."""
 
-    meta_key: ClassVar[str | None]
+    key: ClassVar[str]
 
 
 S = TypeVar("S", bound=FrontState)
 
 
-def load_front_state(meta: dict[str, Any], kind: type[S]) -> tuple[S | None, bool]:
-    """`kind` as stored in `meta` (None when the record has none: never written by its
-    front), and whether it may be written back.
+def load_front_state(states: dict[str, Any], kind: type[S]) -> tuple[S | None, bool]:
+    """`kind` as stored in `states` (None when the session has none: never written by
+    its front), and whether it may be written back.
 
     A stored state that does not decode (a record from another version, or edited by
     hand) reads as empty and must not be written back: that would erase what the
-    record holds (every task of an A2A context) for one bad entry.
+    record holds for one bad entry.
     """
-    key = kind.meta_key
-    if key is not None:
-        raw = meta.get(key)
-        if raw is None:
-            return None, True
-    else:
-        raw = {name: meta[name] for name in kind.__struct_fields__ if name in meta}
-        if not raw:
-            return None, True
+    raw = states.get(kind.key)
+    if raw is None:
+        return None, True
     try:
         return msgspec.convert(raw, kind, strict=False), True
     except msgspec.ValidationError as exc:
@@ -59,26 +54,19 @@ def load_front_state(meta: dict[str, Any], kind: type[S]) -> tuple[S | None, boo
         return kind(), False
 
 
-def stored_front_state(meta: dict[str, Any], kind: type[S]) -> S | None:
-    """`kind` as stored in `meta`, or None when the record has none (never written by its front)."""
-    return load_front_state(meta, kind)[0]
+def stored_front_state(states: dict[str, Any], kind: type[S]) -> S | None:
+    """`kind` as stored in `states` (a `SessionRecord.states`), or None when it has none."""
+    return load_front_state(states, kind)[0]
 
 
-def decode_front_state(meta: dict[str, Any], kind: type[S]) -> S:
-    """`kind` from `meta`, or a new empty one."""
-    state = stored_front_state(meta, kind)
+def decode_front_state(states: dict[str, Any], kind: type[S]) -> S:
+    """`kind` from `states`, or a new empty one."""
+    state = stored_front_state(states, kind)
     return state if state is not None else kind()
 
 
-def encode_front_state(meta: dict[str, Any], state: FrontState) -> None:
-    """Write `state` into `meta`, where `stored_front_state` reads it back."""
-    raw = msgspec.to_builtins(state)
-    key = state.meta_key
-    if key is not None:
-        meta[key] = raw
-        return
-    for name in state.__struct_fields__:
-        if name in raw:
-            meta[name] = raw[name]
-        else:
-            meta.pop(name, None)
+def encode_front_state(state: FrontState) -> tuple[dict[str, Any], bytes]:
+    """`state` as the builtins `SessionRecord.states[key]` holds, and their JSON (to
+    tell whether it changed since it was stored)."""
+    raw: dict[str, Any] = msgspec.to_builtins(state)
+    return raw, _enc.encode(raw)

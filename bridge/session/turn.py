@@ -34,7 +34,7 @@ from bridge.core.events import (
 from bridge.core.turn import TurnInput, TurnMachine, TurnState
 from bridge.errors import InvalidParams
 from bridge.prompts.registry import Invocation
-from bridge.store import SessionRecord
+from bridge.store import SessionRecord, TurnRecord
 
 __all__ = ["Turn", "TurnHost", "check_answer", "new_id", "rejection"]
 
@@ -88,6 +88,9 @@ class Turn:
         self.started = time.monotonic()
         self.started_at = time.time()
         self.first_seq = 0  # the seq of its TurnStarted event
+        # Its store record, written with the next flush after it starts and ends; a
+        # front may note its own stream position on it (`TurnRecord.stream_seq`).
+        self.record: TurnRecord | None = None
         self.first_event_at: float | None = None  # the back's first event (a metric)
         self.invocation: Invocation | None = None  # a `/prompt args` to expand before the back runs
         # The idle deadline (`SessionManager._watch_idle_turns`): events counted, not timed, so the per-event

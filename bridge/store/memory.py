@@ -16,24 +16,26 @@ from typing import TypeVar
 import msgspec
 
 from bridge.errors import InternalError
-from bridge.store.base import SessionRecord, StoredBatch, TurnRecord, cut_turn_end
+from bridge.store.base import CUT_TASK_STATE, SessionRecord, StoredBatch, TaskPage, TaskRecord, TurnRecord, cut_turn_end
 
 __all__ = ["MemoryStore"]
 
-_R = TypeVar("_R", SessionRecord, TurnRecord)
+_R = TypeVar("_R", SessionRecord, TurnRecord, TaskRecord)
 
 _ENCODER = msgspec.json.Encoder()
-_SESSION_DECODER = msgspec.json.Decoder(SessionRecord)
-_TURN_DECODER = msgspec.json.Decoder(TurnRecord)
+_DECODERS = {kind: msgspec.json.Decoder(kind) for kind in (SessionRecord, TurnRecord, TaskRecord)}
 
 
 def _copy(record: _R) -> _R:
-    decoder = _SESSION_DECODER if isinstance(record, SessionRecord) else _TURN_DECODER
-    return decoder.decode(_ENCODER.encode(record))
+    return _DECODERS[type(record)].decode(_ENCODER.encode(record))  # type: ignore[no-any-return]
 
 
-def _turn_order(turn: TurnRecord) -> tuple[float, int, str]:
-    return (turn.started_at, turn.first_seq, turn.turn_id)
+def _turn_order(turn: TurnRecord) -> tuple[int, str]:
+    return (turn.first_seq, turn.turn_id)
+
+
+def _task_order(task: TaskRecord) -> tuple[float, str]:
+    return (-task.status_ts, task.task_id)
 
 
 class MemoryStore:
@@ -44,6 +46,7 @@ class MemoryStore:
         self._turns: dict[str, TurnRecord] = {}
         # session_id -> first_seq -> batch
         self._batches: dict[str, dict[int, StoredBatch]] = {}
+        self._tasks: dict[str, TaskRecord] = {}
         self._generation = 0
         self._owners: dict[str, int] = {}  # turn_id -> the generation that wrote it
 
@@ -78,29 +81,86 @@ class MemoryStore:
         self._batches.pop(session_id, None)
         for turn_id in [t.turn_id for t in self._turns.values() if t.session_id == session_id]:
             del self._turns[turn_id]
+        for task_id in [t.task_id for t in self._tasks.values() if t.session_id == session_id]:
+            del self._tasks[task_id]
         return self._sessions.pop(session_id, None) is not None
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         record = self._turns.get(turn_id)
         return None if record is None else _copy(record)
 
-    async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        turns = sorted((t for t in self._turns.values() if t.session_id == session_id), key=_turn_order)
-        return [_copy(t) for t in turns]
+    async def list_turns(
+        self, session_id: str, *, after_seq: int = 0, before_seq: int | None = None, limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[TurnRecord]:  # fmt: skip
+        turns = sorted(
+            (t for t in self._turns.values()
+             if t.session_id == session_id and t.first_seq > after_seq and (before_seq is None or t.first_seq < before_seq)),
+            key=_turn_order, reverse=newest_first,
+        )  # fmt: skip
+        return [_copy(t) for t in turns[:limit]]
 
-    async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
+    async def turn_at_stream_seq(self, session_id: str, stream_seq: int) -> TurnRecord | None:
+        found = [
+            t for t in self._turns.values()
+            if t.session_id == session_id and t.stream_seq is not None and t.stream_seq <= stream_seq
+        ]  # fmt: skip
+        return _copy(max(found, key=lambda t: (t.stream_seq, t.first_seq))) if found else None
+
+    async def save(
+        self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None,
+        tasks: Sequence[TaskRecord] = (), states: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         if batch is not None and batch.first_seq in self._batches.get(session.session_id, {}):
             raise InternalError(f"batch {session.session_id}@{batch.first_seq} is already stored")  # nothing written
-        self._sessions[session.session_id] = _copy(session)
+        stored = self._sessions.get(session.session_id)
+        kept = dict(stored.states) if stored is not None else {}
+        record = _copy(session)
+        for key in states:
+            if key in record.states:
+                kept[key] = record.states[key]
+            else:
+                kept.pop(key, None)
+        record.states = kept
+        self._sessions[session.session_id] = record
         for turn in turns:
             self._turns[turn.turn_id] = _copy(turn)
             self._owners[turn.turn_id] = self._generation
+        for task in tasks:
+            self._tasks[task.task_id] = _copy(task)
         if batch is not None:
             self._batches.setdefault(session.session_id, {})[batch.first_seq] = batch
 
-    async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
+    async def read_batches(
+        self, session_id: str, *, after_seq: int = 0, through_seq: int | None = None, limit: int | None = None
+    ) -> list[StoredBatch]:
         batches = self._batches.get(session_id, {})
-        return [batches[k] for k in sorted(batches) if batches[k].last_seq > after_seq]
+        found = [
+            batches[k] for k in sorted(batches)
+            if batches[k].last_seq > after_seq and (through_seq is None or batches[k].first_seq <= through_seq)
+        ]  # fmt: skip
+        return found[:limit]
+
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        task = self._tasks.get(task_id)
+        return None if task is None else _copy(task)
+
+    async def list_tasks(
+        self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
+        limit: int = 50, cursor: tuple[float, str] | None = None,
+    ) -> TaskPage:  # fmt: skip
+        matching = sorted(
+            (t for t in self._tasks.values()
+             if t.route == route and (context_id is None or t.context_id == context_id)
+             and (state is None or t.state == state) and (after_ts is None or t.status_ts > after_ts)),
+            key=_task_order,
+        )  # fmt: skip
+        rest = matching if cursor is None else [t for t in matching if _task_order(t) > (-cursor[0], cursor[1])]
+        page = rest[:limit]
+        more = len(rest) > limit
+        return TaskPage(
+            tasks=[_copy(t) for t in page], total=len(matching), next=(page[-1].status_ts, page[-1].task_id) if more else None
+        )
 
     async def close_cut_turns(self) -> list[TurnRecord]:
         closed: list[TurnRecord] = []
@@ -114,5 +174,8 @@ class MemoryStore:
             session.last_seq = batch.last_seq
             self._turns[turn.turn_id] = record
             self._batches.setdefault(session.session_id, {})[batch.first_seq] = batch
+            for task in self._tasks.values():
+                if task.turn_id == turn.turn_id:
+                    task.state, task.status_ts = CUT_TASK_STATE, record.ended_at or task.status_ts
             closed.append(_copy(record))
         return closed

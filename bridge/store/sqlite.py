@@ -28,7 +28,7 @@ import msgspec
 import trio
 
 from bridge.errors import ConfigError, InternalError
-from bridge.store.base import SessionRecord, StoredBatch, TurnRecord, cut_turn_end
+from bridge.store.base import CUT_TASK_STATE, SessionRecord, StoredBatch, TaskPage, TaskRecord, TurnRecord, cut_turn_end
 from bridge.store.owners import claim_owner, release_owner, sweep_owners, take_gone_owner
 
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SqliteStore"]
@@ -41,10 +41,11 @@ _T = TypeVar("_T")
 _JSON_ENCODER = msgspec.json.Encoder()
 _OPTIONS_DECODER = msgspec.json.Decoder(dict[str, str])
 _META_DECODER = msgspec.json.Decoder(dict[str, object])
+_STATE_DECODER = msgspec.json.Decoder(dict[str, object])
 
 # One tuple of statements per version step; executescript() is avoided because it
 # would COMMIT the transaction the migration runs in.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+_MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (
     # 0 -> 1: the first schema.
     (
         """CREATE TABLE sessions (
@@ -86,15 +87,55 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE turns ADD COLUMN owner TEXT",
         "CREATE INDEX turns_open ON turns (ended_at) WHERE ended_at IS NULL",
     ),
+    # 2 -> 3: reads by index (issue 16). Turns by (session, first_seq) and by a front's
+    # stream position; a summary on each session; each front's state in a row of its
+    # own; A2A tasks as rows listed by status time. `_split_meta` moves what schema 2
+    # kept in `sessions.meta` into these tables.
+    (
+        "ALTER TABLE turns ADD COLUMN stream_seq INTEGER",
+        "DROP INDEX turns_by_session",
+        "CREATE INDEX turns_by_session ON turns (session_id, first_seq)",
+        "CREATE INDEX turns_by_stream ON turns (session_id, stream_seq) WHERE stream_seq IS NOT NULL",
+        "ALTER TABLE sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN last_stop TEXT",
+        "ALTER TABLE sessions ADD COLUMN last_cut INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX sessions_by_route ON sessions (route, updated_at DESC, session_id)",
+        """CREATE TABLE front_states (
+            session_id TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            data       TEXT NOT NULL,  -- JSON object
+            PRIMARY KEY (session_id, key)
+        )""",
+        """CREATE TABLE tasks (
+            task_id    TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            route      TEXT NOT NULL,
+            context_id TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            turn_id    TEXT NOT NULL,
+            state      TEXT NOT NULL,
+            status_ts  REAL NOT NULL,
+            data       TEXT NOT NULL  -- JSON object
+        )""",
+        "CREATE INDEX tasks_by_route ON tasks (route, status_ts DESC, task_id)",
+        "CREATE INDEX tasks_by_context ON tasks (context_id, status_ts DESC, task_id)",
+        "CREATE INDEX tasks_by_session ON tasks (session_id)",
+        "CREATE INDEX tasks_by_turn ON tasks (turn_id)",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SESSION_COLUMNS = (
-    "session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed"
+    "session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed,"
+    " turn_count, last_stop, last_cut"
 )
-_TURN_COLUMNS = "turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta"
-_PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-_PUT_TURN = f"INSERT OR REPLACE INTO turns ({_TURN_COLUMNS}, owner) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_TURN_COLUMNS = "turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta, stream_seq"
+_TASK_COLUMNS = "task_id, session_id, route, context_id, created_at, turn_id, state, status_ts, data"
+_PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_PUT_TURN = f"INSERT OR REPLACE INTO turns ({_TURN_COLUMNS}, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_PUT_TASK = f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_PUT_STATE = "INSERT OR REPLACE INTO front_states (session_id, key, data) VALUES (?,?,?)"
+_DROP_STATE = "DELETE FROM front_states WHERE session_id = ? AND key = ?"
 _PUT_BATCH = "INSERT INTO events (session_id, first_seq, last_seq, blob) VALUES (?,?,?,?)"
 
 
@@ -105,31 +146,61 @@ def _json(value: dict[str, Any]) -> str:
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:
     return (
         r.session_id, r.route, r.cwd, r.title, r.created_at, r.updated_at, r.back_ref,
-        _json(r.options), _json(r.meta), r.last_seq, int(r.closed),
+        _json(r.options), _json(r.meta), r.last_seq, int(r.closed), r.turn_count, r.last_stop, int(r.last_cut),
     )  # fmt: skip
 
 
 def _session_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed = row
+    sid, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed, turns, stop, cut = row
     return SessionRecord(
         session_id=sid, route=route, cwd=cwd, title=title, created_at=created_at, updated_at=updated_at,
         back_ref=back_ref, options=_OPTIONS_DECODER.decode(options), meta=_META_DECODER.decode(meta),
-        last_seq=last_seq, closed=bool(closed),
+        last_seq=last_seq, closed=bool(closed), turn_count=turns, last_stop=stop, last_cut=bool(cut),
     )  # fmt: skip
+
+
+def _with_states(c: sqlite3.Connection, records: list[SessionRecord]) -> list[SessionRecord]:
+    """`records` with their `states`, read in one query."""
+    if records:
+        by_id = {r.session_id: r for r in records}
+        marks = ",".join("?" * len(by_id))
+        sql = f"SELECT session_id, key, data FROM front_states WHERE session_id IN ({marks})"
+        for sid, key, data in c.execute(sql, list(by_id)):
+            by_id[sid].states[key] = _STATE_DECODER.decode(data)
+    return records
+
+
+def _state_rows(r: SessionRecord, keys: Sequence[str]) -> tuple[list[tuple[Any, ...]], list[tuple[str, str]]]:
+    """(rows to write, (session, key) to remove) for the states named."""
+    put = [(r.session_id, k, _json(r.states[k])) for k in keys if k in r.states]
+    drop = [(r.session_id, k) for k in keys if k not in r.states]
+    return put, drop
 
 
 def _turn_row(r: TurnRecord, owner: str | None) -> tuple[Any, ...]:
     return (
         r.turn_id, r.session_id, r.started_at, r.first_seq, r.ended_at, r.last_seq,
-        r.stop_reason, r.error, _json(r.meta), owner,
+        r.stop_reason, r.error, _json(r.meta), r.stream_seq, owner,
     )  # fmt: skip
 
 
 def _turn_record(row: tuple[Any, ...]) -> TurnRecord:
-    turn_id, sid, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta = row
+    turn_id, sid, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta, stream_seq = row
     return TurnRecord(
         turn_id=turn_id, session_id=sid, started_at=started_at, first_seq=first_seq, ended_at=ended_at,
-        last_seq=last_seq, stop_reason=stop_reason, error=error, meta=_META_DECODER.decode(meta),
+        last_seq=last_seq, stop_reason=stop_reason, error=error, meta=_META_DECODER.decode(meta), stream_seq=stream_seq,
+    )  # fmt: skip
+
+
+def _task_row(r: TaskRecord) -> tuple[Any, ...]:
+    return (r.task_id, r.session_id, r.route, r.context_id, r.created_at, r.turn_id, r.state, r.status_ts, _json(r.data))
+
+
+def _task_record(row: tuple[Any, ...]) -> TaskRecord:
+    task_id, sid, route, context_id, created_at, turn_id, state, status_ts, data = row
+    return TaskRecord(
+        task_id=task_id, session_id=sid, route=route, context_id=context_id, created_at=created_at,
+        turn_id=turn_id, state=state, status_ts=status_ts, data=_META_DECODER.decode(data),
     )  # fmt: skip
 
 
@@ -193,7 +264,10 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise ConfigError([f"state: schema version {version} is newer than this agent-bridge ({SCHEMA_VERSION})"])
     for step in _MIGRATIONS[version:]:
         for statement in step:
-            conn.execute(statement)
+            if callable(statement):
+                statement(conn)
+            else:
+                conn.execute(statement)
     # user_version lives in the database header and is written inside this transaction.
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -341,12 +415,23 @@ class SqliteStore:
 
     async def put_session(self, record: SessionRecord) -> None:
         row = _session_row(record)
-        await self._run(lambda c: c.execute(_PUT_SESSION, row))
+        put = [(record.session_id, k, _json(v)) for k, v in record.states.items()]
+
+        def body(c: sqlite3.Connection) -> None:
+            c.execute(_PUT_SESSION, row)
+            c.execute("DELETE FROM front_states WHERE session_id = ?", (record.session_id,))
+            c.executemany(_PUT_STATE, put)
+
+        await self._run(body)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?"
-        row = await self._run(lambda c: c.execute(sql, (session_id,)).fetchone(), write=False)
-        return None if row is None else _session_record(row)
+
+        def body(c: sqlite3.Connection) -> SessionRecord | None:
+            row = c.execute(sql, (session_id,)).fetchone()
+            return None if row is None else _with_states(c, [_session_record(row)])[0]
+
+        return await self._run(body, write=False)
 
     async def list_sessions(
         self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0
@@ -366,17 +451,19 @@ class SqliteStore:
             "ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
         )
 
-        def body(c: sqlite3.Connection) -> tuple[list[Any], int]:
+        def body(c: sqlite3.Connection) -> tuple[list[SessionRecord], int]:
             (total,) = c.execute(count_sql, params).fetchone()
-            return c.execute(page_sql, [*params, limit, offset]).fetchall(), total
+            rows = c.execute(page_sql, [*params, limit, offset]).fetchall()
+            return _with_states(c, [_session_record(r) for r in rows]), total
 
-        rows, total = await self._run(body, write=False)
-        return [_session_record(r) for r in rows], total
+        return await self._run(body, write=False)
 
     async def delete_session(self, session_id: str) -> bool:
         def body(c: sqlite3.Connection) -> bool:
             c.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             c.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
+            c.execute("DELETE FROM tasks WHERE session_id = ?", (session_id,))
+            c.execute("DELETE FROM front_states WHERE session_id = ?", (session_id,))
             return c.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
         return await self._run(body)
@@ -386,30 +473,100 @@ class SqliteStore:
         row = await self._run(lambda c: c.execute(sql, (turn_id,)).fetchone(), write=False)
         return None if row is None else _turn_record(row)
 
-    async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY started_at, first_seq, turn_id"
-        rows = await self._run(lambda c: c.execute(sql, (session_id,)).fetchall(), write=False)
+    async def list_turns(
+        self, session_id: str, *, after_seq: int = 0, before_seq: int | None = None, limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[TurnRecord]:  # fmt: skip
+        sql = (
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? AND first_seq > ? AND first_seq < ? "
+            f"ORDER BY first_seq {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        )
+        params = (session_id, after_seq, 2**62 if before_seq is None else before_seq, -1 if limit is None else limit)
+        rows = await self._run(lambda c: c.execute(sql, params).fetchall(), write=False)
         return [_turn_record(r) for r in rows]
 
-    async def save(self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None) -> None:
+    async def turn_at_stream_seq(self, session_id: str, stream_seq: int) -> TurnRecord | None:
+        sql = (
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? AND stream_seq IS NOT NULL AND stream_seq <= ? "
+            "ORDER BY stream_seq DESC, first_seq DESC LIMIT 1"
+        )
+        row = await self._run(lambda c: c.execute(sql, (session_id, stream_seq)).fetchone(), write=False)
+        return None if row is None else _turn_record(row)
+
+    async def save(
+        self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None,
+        tasks: Sequence[TaskRecord] = (), states: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         session_row = _session_row(session)
         turn_rows = [_turn_row(t, self._owner) for t in turns]
+        task_rows = [_task_row(t) for t in tasks]
+        put_states, drop_states = _state_rows(session, states)
         batch_row = (session.session_id, batch.first_seq, batch.last_seq, batch.blob) if batch is not None else None
 
         def body(c: sqlite3.Connection) -> None:
             c.execute(_PUT_SESSION, session_row)
             c.executemany(_PUT_TURN, turn_rows)
+            c.executemany(_PUT_TASK, task_rows)
+            c.executemany(_PUT_STATE, put_states)
+            c.executemany(_DROP_STATE, drop_states)
             if batch_row is not None:
                 c.execute(_PUT_BATCH, batch_row)
 
         await self._run(body)
 
-    async def read_batches(self, session_id: str, *, after_seq: int = 0) -> list[StoredBatch]:
+    async def read_batches(
+        self, session_id: str, *, after_seq: int = 0, through_seq: int | None = None, limit: int | None = None
+    ) -> list[StoredBatch]:
+        # From the batch holding event after_seq + 1 (the last one starting at or before
+        # it), by the primary key: never a scan of the batches before.
         sql = (
-            "SELECT first_seq, last_seq, blob FROM events WHERE session_id = ? AND last_seq > ? ORDER BY first_seq"
+            "SELECT first_seq, last_seq, blob FROM events WHERE session_id = ? AND first_seq >= "
+            "COALESCE((SELECT MAX(first_seq) FROM events WHERE session_id = ? AND first_seq <= ?), 0) "
+            "AND last_seq > ? AND first_seq <= ? ORDER BY first_seq LIMIT ?"
         )
-        rows = await self._run(lambda c: c.execute(sql, (session_id, after_seq)).fetchall(), write=False)
+        params = (
+            session_id, session_id, after_seq + 1, after_seq, 2**62 if through_seq is None else through_seq,
+            -1 if limit is None else limit,
+        )  # fmt: skip
+        rows = await self._run(lambda c: c.execute(sql, params).fetchall(), write=False)
         return [StoredBatch(first_seq=f, last_seq=l, blob=b) for f, l, b in rows]
+
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?"
+        row = await self._run(lambda c: c.execute(sql, (task_id,)).fetchone(), write=False)
+        return None if row is None else _task_record(row)
+
+    async def list_tasks(
+        self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
+        limit: int = 50, cursor: tuple[float, str] | None = None,
+    ) -> TaskPage:  # fmt: skip
+        clauses: list[str] = ["route = ?"]
+        params: list[Any] = [route]
+        if context_id is not None:
+            clauses.append("context_id = ?")
+            params.append(context_id)
+        if state is not None:
+            clauses.append("state = ?")
+            params.append(state)
+        if after_ts is not None:
+            clauses.append("status_ts > ?")
+            params.append(after_ts)
+        where = " AND ".join(clauses)
+        count_sql = f"SELECT COUNT(*) FROM tasks WHERE {where}"
+        page_where, page_params = where, list(params)
+        if cursor is not None:  # keyset: after the last task of the page before
+            page_where += " AND (status_ts < ? OR (status_ts = ? AND task_id > ?))"
+            page_params += [cursor[0], cursor[0], cursor[1]]
+        page_sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {page_where} ORDER BY status_ts DESC, task_id LIMIT ?"
+
+        def body(c: sqlite3.Connection) -> TaskPage:
+            (total,) = c.execute(count_sql, params).fetchone()
+            rows = [_task_record(r) for r in c.execute(page_sql, [*page_params, limit + 1]).fetchall()]
+            more = len(rows) > limit
+            rows = rows[:limit]
+            return TaskPage(tasks=rows, total=total, next=(rows[-1].status_ts, rows[-1].task_id) if more else None)
+
+        return await self._run(body, write=False)
 
     async def close_cut_turns(self) -> list[TurnRecord]:
         me, state_dir = self._owner, self._state_dir
@@ -444,6 +601,7 @@ class SqliteStore:
                 c.execute(_PUT_SESSION, _session_row(session))
                 c.execute(_PUT_TURN, _turn_row(record, owner))
                 c.execute(_PUT_BATCH, (session.session_id, batch.first_seq, batch.last_seq, batch.blob))
+                c.execute("UPDATE tasks SET state = ?, status_ts = ? WHERE turn_id = ?", (CUT_TASK_STATE, record.ended_at, record.turn_id))
                 closed.append(record)
             return closed
 

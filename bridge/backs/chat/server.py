@@ -47,7 +47,7 @@ def where(url: str) -> str:
     return f"{u.scheme}://{u.hostname or ''}{':' + str(u.port) if u.port else ''}{u.path}"
 
 
-# `SessionRecord.meta["chat_runs"][turn_id]`: what our `/ws` front's `chat:send` asked
+# `SessionRecord.states["chat"]["chat_runs"][turn_id]`: what our `/ws` front's `chat:send` asked
 # for (headless, output_schema), written before the turn reaches the back
 # (bridge/fronts/chat/state.py, `ChatSessionState.chat_runs`).
 _RUNS_KEY = "chat_runs"
@@ -56,7 +56,8 @@ _RUNS_KEY = "chat_runs"
 def run_options(host: Any, turn_id: str) -> tuple[bool, dict[str, Any] | None]:
     """(headless, output_schema) a front asked for this turn (Blade `api/chat-flow.md`, headless runs), to pass through."""
     record = getattr(host, "record", None)
-    runs = record.meta.get(_RUNS_KEY) if record is not None else None
+    chat = record.states.get("chat") if record is not None else None
+    runs = chat.get(_RUNS_KEY) if isinstance(chat, dict) else None
     run = runs.get(turn_id) if isinstance(runs, dict) else None
     if not isinstance(run, dict):
         return False, None

@@ -39,7 +39,7 @@ def context_of(manager: SessionManager, session_id: str, record: SessionRecord) 
     live = manager.live(session_id)
     if live is not None:
         return live.find_front_state(A2AContext)
-    return stored_front_state(record.meta, A2AContext)
+    return stored_front_state(record.states, A2AContext)
 
 
 async def replay(manager: SessionManager, route: str, task_id: str) -> tuple[str, TaskProjector]:

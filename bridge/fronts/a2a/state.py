@@ -67,7 +67,7 @@ class A2ATask(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class A2AContext(FrontState):
-    meta_key: ClassVar[str | None] = "a2a"
+    key: ClassVar[str] = "a2a"
 
     ctx: str | None = None
     side: list[str] = []

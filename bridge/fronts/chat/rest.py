@@ -176,7 +176,7 @@ class _Api:
 
     def _state(self, record: SessionRecord) -> ChatSessionState:
         live = self.manager.live(record.session_id)
-        return live.front_state(ChatSessionState) if live is not None else decode_front_state(record.meta, ChatSessionState)
+        return live.front_state(ChatSessionState) if live is not None else decode_front_state(record.states, ChatSessionState)
 
     async def _status(self, record: SessionRecord) -> str:
         live = self.manager.live(record.session_id)

@@ -341,7 +341,7 @@ class ChatStreams:
             record = await self.manager.store.get_session(session_id)
             if record is None:
                 raise NotFound(f"unknown session {session_id!r}")
-            state, events = decode_front_state(record.meta, ChatSessionState), await self.manager.read_events(session_id)
+            state, events = decode_front_state(record.states, ChatSessionState), await self.manager.read_events(session_id)
         projector = self.projector(session_id, state, live=False, keep_transcript=True, skip_through=math.inf)
         projector.turn_times = await self._turn_times(session_id)
         for event in events:
