@@ -583,6 +583,7 @@ async def test_a_session_never_writes_back_a_front_state_it_could_not_read() -> 
         session = await manager.create("demo", cwd="/")
         bad = {"tasks": {"t2": {"turns": "not a list"}}, "side": ["s2"]}
         session.record.states["a2a"] = bad
+        await manager.store.put_session(session.record)  # as a record of another version stored it
         assert session.front_state(A2AContext).tasks == {}
         session.front_state(A2AContext).held = "t9"  # a front writing into what it could read
         await session.save_record()
