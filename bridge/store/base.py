@@ -203,6 +203,10 @@ class Store(Protocol):
     async def turn_at_stream_seq(self, session_id: str, stream_seq: int) -> TurnRecord | None:
         """The last turn whose `stream_seq` is set and at most `stream_seq`."""
 
+    async def set_stream_seqs(self, session_id: str, marks: dict[str, int]) -> None:
+        """Set `stream_seq` of stored turns (turn id → position): a front noting where
+        earlier turns start in its stream, found by projecting them once."""
+
     async def save(
         self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None,
         tasks: Sequence[TaskRecord] = (), states: Sequence[str] = (),

@@ -107,6 +107,12 @@ class MemoryStore:
         ]  # fmt: skip
         return _copy(max(found, key=lambda t: (t.stream_seq, t.first_seq))) if found else None
 
+    async def set_stream_seqs(self, session_id: str, marks: dict[str, int]) -> None:
+        for turn_id, seq in marks.items():
+            turn = self._turns.get(turn_id)
+            if turn is not None and turn.session_id == session_id:
+                turn.stream_seq = seq
+
     async def save(
         self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None,
         tasks: Sequence[TaskRecord] = (), states: Sequence[str] = (),

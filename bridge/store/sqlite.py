@@ -493,6 +493,10 @@ class SqliteStore:
         row = await self._run(lambda c: c.execute(sql, (session_id, stream_seq)).fetchone(), write=False)
         return None if row is None else _turn_record(row)
 
+    async def set_stream_seqs(self, session_id: str, marks: dict[str, int]) -> None:
+        rows = [(seq, turn_id, session_id) for turn_id, seq in marks.items()]
+        await self._run(lambda c: c.executemany("UPDATE turns SET stream_seq = ? WHERE turn_id = ? AND session_id = ?", rows))
+
     async def save(
         self, session: SessionRecord, *, turns: Sequence[TurnRecord] = (), batch: StoredBatch | None = None,
         tasks: Sequence[TaskRecord] = (), states: Sequence[str] = (),
