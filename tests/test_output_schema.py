@@ -92,7 +92,7 @@ def test_a_stored_schema_re2_cannot_run_is_refused_never_run() -> None:
     assert not ok and got["error"].startswith("output_schema cannot be used: $.output_schema.pattern: pattern")
 
 
-RUNS_KEY = "chat_runs"  # where the chat front keeps headless runs (bridge/fronts/chat/state.py)
+KEY = ChatSessionState.key  # where the chat front's state is kept in `SessionRecord.states`
 
 
 def _run_log() -> list[ev.Event]:
@@ -103,11 +103,11 @@ def _run_log() -> list[ev.Event]:
     ]
 
 
-def _chat_end(streams: ChatStreams, meta: dict[str, Any], *, live: bool) -> dict[str, Any]:
-    state = decode_front_state(meta, ChatSessionState)  # as a session decodes its record
+def _chat_end(streams: ChatStreams, states: dict[str, Any], *, live: bool) -> dict[str, Any]:
+    state = decode_front_state(states, ChatSessionState)  # as a session decodes its record
     projector = streams.projector("s1", state, live=live)
     frames = [f for e in _run_log() for f in projector.feed(e)]
-    encode_front_state(meta, state)  # as the session writes its record
+    states[KEY] = encode_front_state(state)[0]  # as the session writes its record
     ends = [f["data"] for f in (json.loads(data) for _seq, data in frames) if f["event"] == "chat:end"]
     assert len(ends) == 1
     return ends[0]
@@ -123,21 +123,21 @@ def test_the_outcome_is_stored_with_the_run_and_replays_do_not_validate_again(mo
 
     monkeypatch.setattr(chat_schema, "_validator", counted)
     schema = {"type": "object", "properties": {"city": {"type": "string", "pattern": "^(a+)+$"}}}
-    meta: dict[str, Any] = {RUNS_KEY: {"t1": msgspec.to_builtins(RunOptions(headless=True, output_schema=schema))}}
+    states: dict[str, Any] = {KEY: {"chat_runs": {"t1": msgspec.to_builtins(RunOptions(headless=True, output_schema=schema))}}}
     streams = ChatStreams(WsFrontConfig(), None)  # type: ignore[arg-type]
 
-    live = _chat_end(streams, meta, live=True)
+    live = _chat_end(streams, states, live=True)
     assert live["status"] == "failed" and live["finish_reason"] == "output_schema"
     assert len(calls) == 1
-    stored = meta[RUNS_KEY]["t1"]["check"]
+    stored = states[KEY]["chat_runs"]["t1"]["check"]
     assert stored["matched"] is False and "does not match" in stored["error"]
     # Neither the output (the run's events hold it) nor the schema (its options do) is
     # stored twice: the session record does not grow by each run's output.
     assert "output" not in stored and "schema" not in stored
 
-    # The session's meta goes to the store as it is; a later read or replay takes the
+    # The session's states go to the store as they are; a later read or replay takes the
     # outcome from there (here, through a round trip of the stored form).
-    kept = msgspec.json.decode(msgspec.json.encode(meta))
+    kept = msgspec.json.decode(msgspec.json.encode(states))
     for _ in range(3):
         replay = _chat_end(streams, kept, live=False)
         assert {k: replay[k] for k in ("status", "result", "finish_reason")} == {k: live[k] for k in ("status", "result", "finish_reason")}
