@@ -654,6 +654,21 @@ async def test_rest_sessions(bridge_exe: list[str], tmp_path: Path, env: dict[st
                 turns = (await h.get(f"/api/sessions/{ids[0]}/messages")).json()
                 assert [t["role"] for t in turns] == ["user", "assistant"]
                 assert turns[1]["blocks"][0] == {"type": "text", "content": "You said: hello"}
+                async with d.ws() as c:  # three runs more: pages of two runs, newest first
+                    for word in ("two", "three", "fail: four"):
+                        end = await c.run(ids[0], word)
+                assert (await h.get(f"/api/sessions/{ids[0]}")).json()["status"] == "failed"
+                newest = await h.get(f"/api/sessions/{ids[0]}/messages", params={"limit": 2})
+                assert int(newest.headers["x-chat-sequence"]) == end[-1]["data"]["sequence"]
+                cursor = newest.headers["x-next-cursor"]
+                assert newest.links["next"]["url"] == f"/api/sessions/{ids[0]}/messages?limit=2&before={cursor}"
+                older = await h.get(newest.links["next"]["url"])
+                assert "x-next-cursor" not in older.headers and "link" not in older.headers
+                assert int(older.headers["x-chat-sequence"]) < int(newest.headers["x-chat-sequence"])
+                full = (await h.get(f"/api/sessions/{ids[0]}/messages", params={"limit": 200})).json()
+                assert older.json() + newest.json() == full and full[:2] == turns and len(full) == 8
+                r = await h.get(f"/api/sessions/{ids[0]}/messages", params={"before": "not-a-cursor"})
+                assert r.status_code == 400 and "cursor" in r.json()["detail"]
                 r = await h.delete(f"/api/sessions/{ids[0]}")
                 assert r.status_code == 200 and r.json()["deleted"] is True
                 for path in (f"/api/sessions/{ids[0]}", f"/api/sessions/{ids[0]}/messages"):

@@ -5,7 +5,20 @@ frames, each already encoded as `{"event": NAME, "data": {...}}` with the sessio
 chat `sequence` (gapless, from 1). The frames are a pure function of the event log
 (plus the headless options a `chat:send` recorded), so re-deriving from the stored
 log gives the same sequence numbers: a resume after `after_sequence` is a
-re-derivation that keeps only the later frames (`skip_through`).
+re-derivation that keeps only the later frames (`skip_through`), from a checkpoint.
+
+Checkpoints. A run's checkpoint is the `sequence` just before its `chat:start` (after
+the frames that close an earlier run whose end was never stored). A run's frames
+depend only on its checkpoint, its own events (its `TurnStarted` up to the next run's),
+its run options and its stored turn times: nothing the projector holds crosses a run.
+At every run's end `_run`, the tool calls and the questions are cleared, and a run
+still open when the next one starts is ended first (`end_unended_run`), so at a
+checkpoint a projector holds only `sequence`; the events between two runs (outside
+any run) give no frame. So a projector made at a run's checkpoint (`sequence` set to
+it) and fed from the run's `TurnStarted` gives exactly the frames a re-derivation
+from the first event gives from there: a reader replays from the run holding the
+position it wants, never from the first event (bridge/fronts/chat/replay.py).
+`on_checkpoint(turn_id, sequence)` is told each run's checkpoint as it starts.
 
 One canonical turn is one chat run:
 `chat:start → turn:start/turn:end (user) → turn:start (assistant, "root") →
@@ -92,10 +105,23 @@ class ChatProjector(ToolCalls):
             handler(self, event)
         return out
 
+    def end_unended_run(self) -> list[Frame]:
+        """Close a run whose end was never stored, as the next run's start does: a reader
+        that stops before the next run's `TurnStarted` then ends at that run's checkpoint."""
+        out: list[Frame] = []
+        self._out = out
+        self._end_unended_run()
+        return out
+
     # -- runs ------------------------------------------------------------------------
-    def _turn_started(self, e: ev.TurnStarted) -> None:
+    def _end_unended_run(self) -> None:
         if self._run is not None:  # its end was never stored (the daemon stopped): close it
             self._turn_ended(ev.TurnEnded(turn_id=self._run.turn_id, stop_reason=ev.StopReason.CANCELLED))
+
+    def _turn_started(self, e: ev.TurnStarted) -> None:
+        self._end_unended_run()
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(e.turn_id, self.sequence)
         times = self.turn_times.get(e.turn_id)
         t0 = times[0] if times else self._now()
         self._frame("chat:start", ChatStart(session_id=self.session_id, sequence=self._next(), chat_run_id=e.turn_id))

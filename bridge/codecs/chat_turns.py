@@ -65,8 +65,8 @@ class ProjectedRun:
 
 class TurnBook:
     __slots__ = (
-        "session_id", "sequence", "skip_through", "turn_times", "_run_options", "_keep_check", "_clock", "_max", "_keep",
-        "_transcript", "_run", "_tools", "_asks", "_ask_ids", "_out",
+        "session_id", "sequence", "skip_through", "turn_times", "on_checkpoint", "_run_options", "_keep_check", "_clock",
+        "_max", "_keep", "_transcript", "_run", "_tools", "_asks", "_ask_ids", "_out",
     )  # fmt: skip
 
     def __init__(
@@ -80,6 +80,7 @@ class TurnBook:
         block_max_chars: int = 2048,
         keep_transcript: bool = False,
         skip_through: float = 0,
+        on_checkpoint: Callable[[str, int], None] | None = None,
     ) -> None:
         self.session_id = session_id
         self.sequence = 0
@@ -90,6 +91,9 @@ class TurnBook:
         self._keep_check = keep_check or (lambda _turn_id, _check: None)
         # Stored (started_at, ended_at) per canonical turn; settable until the turn is fed.
         self.turn_times: Mapping[str, tuple[float, float | None]] = turn_times or {}
+        # Told (turn id, checkpoint) as each run starts: the sequence before its `chat:start`
+        # (codecs/chat.py, "Checkpoints").
+        self.on_checkpoint = on_checkpoint
         self._clock = clock
         self._max = block_max_chars
         self._keep = keep_transcript

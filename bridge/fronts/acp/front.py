@@ -288,18 +288,22 @@ class AcpConnection:
     async def _load(self, call: Call, p: acp.LoadSessionParams) -> Any:
         session = await self.manager.get(p.session_id)
         att = self._attach(session)
-        history = await session.history(0)
         # The whole conversation goes back as updates before the answer (ACP schema,
         # `session/load`); what happens meanwhile waits in the subscriber until `release`.
+        # It is read in bounded pages, each sent under the outbox's backpressure, so a
+        # long history is never in memory at once.
         put = self.outbox.put
-        for event in history:
-            update = codec.replayed(event)
-            if update is not None:
-                for one in update if type(update) is list else (update,):
-                    put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one)))
-            if self.outbox.congested():
-                await self.outbox.wait_uncongested()
-        att.release(history[-1].seq if history else 0)
+        last = 0
+        async for page in session.history_pages(0):
+            for event in page:
+                update = codec.replayed(event)
+                if update is not None:
+                    for one in update if type(update) is list else (update,):
+                        put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one)))
+                if self.outbox.congested():
+                    await self.outbox.wait_uncongested()
+            last = page[-1].seq
+        att.release(last)
         self.peer.respond(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
         return ANSWERED

@@ -3,23 +3,37 @@
     POST   /api/sessions                 {route?, intent?} → {session_id}
     GET    /api/sessions?limit&offset    → {sessions, total, limit, offset}, newest first
     GET    /api/sessions/{id}            → one session, with its status
-    GET    /api/sessions/{id}/messages   → the turn projections of the whole transcript
+    GET    /api/sessions/{id}/messages?limit&before
+                                         → the turn projections of one page of runs
     DELETE /api/sessions/{id}            → stops its run, forgets it and its events
 
 Errors are `{"detail": ...}` with the status of `bridge/errors.py`. The same bearer
 token and Origin allow-list as `/ws` apply; allowed browser origins get CORS headers
 (and preflight answers), so a chat page on another origin can call the API.
-`/messages` also sends `X-Chat-Sequence`: the last frame number of the transcript,
+
+A session's status comes from the summary its record keeps (`turn_count`, `last_stop`,
+`last_cut`) and from the live session, never from its turns, so a listing costs the
+same however long the sessions' histories are.
+
+`/messages` is a JSON array of turn projections (the Blade shape), oldest first, of the
+newest `limit` runs (default 50, at most 200; a run is one `chat:send` … `chat:end`).
+Older pages are asked with `before=<cursor>`: the cursor of the next older page comes in
+`X-Next-Cursor` and in `Link: <...>; rel="next"`, absent on the oldest page; a cursor
+that is not one of ours is 400. Each page costs the same however long the history: its
+runs are re-derived from the first one's checkpoint (bridge/fronts/chat/replay.py).
+`X-Chat-Sequence` is the last frame number of the runs on the page; on the newest page,
 the `after_sequence` to subscribe with so nothing is missed or repeated.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import msgspec
 import trio
@@ -33,13 +47,15 @@ from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, se
 from bridge.fronts.chat.state import ChatSessionState
 from bridge.session import SessionManager, decode_front_state
 from bridge.store import SessionRecord
-from bridge.store.base import CUT_META_KEY
 
 __all__ = ["register"]
 
 log = logging.getLogger("bridge.fronts.chat.rest")
 
 _STATUS = {"cancelled": "interrupted", "failed": "failed", "input_required": "waiting_for_input"}
+_PAGE_RUNS, _MAX_PAGE_RUNS = 50, 200
+# Read by a page on another origin (CORS hides every other response header from it).
+_EXPOSED = "X-Chat-Sequence, X-Next-Cursor, Link"
 _enc = msgspec.json.Encoder()
 
 
@@ -66,6 +82,25 @@ def _int(query: dict[str, list[str]], name: str, default: int, lo: int, hi: int)
     return value
 
 
+def _cursor(first_seq: int) -> str:
+    return base64.urlsafe_b64encode(str(first_seq).encode()).decode().rstrip("=")
+
+
+def _before(query: dict[str, list[str]]) -> int | None:
+    """The `before` cursor: an event sequence number (the first of the run after the page)."""
+    raw = query.get("before", [None])[-1]
+    if raw is None:
+        return None
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii") if len(raw) <= 32 else ""
+        value = int(text) if text.isdigit() else 0
+    except (ValueError, binascii.Error):  # UnicodeDecodeError is a ValueError
+        value = 0
+    if value < 1:
+        raise InvalidParams(f"invalid cursor {raw[:40]!r}: pass the one from X-Next-Cursor or the Link header")
+    return value
+
+
 class _Api:
     def __init__(self, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
         self.config = config
@@ -79,7 +114,11 @@ class _Api:
         async def handle(scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
             origin = header(scope, "origin")
             # CORS only for a page the operator named (a loopback page may call, not read).
-            cors = [("access-control-allow-origin", origin), ("vary", "Origin")] if self.access.origin_listed(origin) else []
+            cors = (
+                [("access-control-allow-origin", origin), ("access-control-expose-headers", _EXPOSED), ("vary", "Origin")]
+                if self.access.origin_listed(origin)
+                else []
+            )
             try:  # Host and Origin: checked before any handler (bridge/fronts/http_policy.py)
                 if not self.access.check_bearer(scope):
                     raise AuthRequired("an Authorization: Bearer token is required")
@@ -138,17 +177,25 @@ class _Api:
         limit = _int(query, "limit", 50, 1, 200)
         offset = _int(query, "offset", 0, 0, 2**31)
         records, total = await self.manager.store.list_sessions(limit=limit, offset=offset)
-        sessions = [await self._info(r) for r in records]
+        sessions = [self._info(r) for r in records]
         return 200, {"sessions": sessions, "total": total, "limit": limit, "offset": offset}, []
 
     async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
-        return 200, await self._info(await self._record(params["session_id"])), []
+        return 200, self._info(await self._record(params["session_id"])), []
 
     async def messages(
         self, scope: Scope, receive: Any, params: dict[str, str]
     ) -> tuple[int, Any, list[tuple[str, str]]]:
-        turns, sequence = await self.streams.transcript(params["session_id"])
-        return 200, turns, [("x-chat-sequence", str(sequence))]
+        session_id = params["session_id"]
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        limit = _int(query, "limit", _PAGE_RUNS, 1, _MAX_PAGE_RUNS)
+        turns, sequence, older = await self.streams.transcript(session_id, limit=limit, before=_before(query))
+        headers = [("x-chat-sequence", str(sequence))]
+        if older is not None:
+            cursor = _cursor(older)
+            link = f"/api/sessions/{quote(session_id, safe='')}/messages?limit={limit}&before={cursor}"
+            headers += [("x-next-cursor", cursor), ("link", f'<{link}>; rel="next"')]
+        return 200, turns, headers
 
     async def delete(
         self, scope: Scope, receive: Any, params: dict[str, str]
@@ -178,25 +225,25 @@ class _Api:
         live = self.manager.live(record.session_id)
         return live.front_state(ChatSessionState) if live is not None else decode_front_state(record.states, ChatSessionState)
 
-    async def _status(self, record: SessionRecord) -> str:
+    def _status(self, record: SessionRecord) -> str:
         live = self.manager.live(record.session_id)
-        if live is not None and live.busy:
-            return "waiting_for_input" if live.awaiting_answer else "running"
-        turns = await self.manager.store.list_turns(record.session_id)
-        if not turns:
+        if live is not None:
+            if live.busy:
+                return "waiting_for_input" if live.awaiting_answer else "running"
+            record = live.record  # its summary is newer than the stored one
+        if not record.turn_count:
             return "created"
-        last = turns[-1].stop_reason
-        if last is None or turns[-1].meta.get(CUT_META_KEY):
+        if record.last_stop is None or record.last_cut:
             return "interrupted"  # the daemon stopped during it (closed at its next start)
-        return _STATUS.get(last, "completed")
+        return _STATUS.get(record.last_stop, "completed")
 
-    async def _info(self, record: SessionRecord) -> dict[str, Any]:
+    def _info(self, record: SessionRecord) -> dict[str, Any]:
         return {
             "session_id": record.session_id,
             "route": record.route,
             "title": record.title,
             "intent": self._state(record).intent,
-            "status": await self._status(record),
+            "status": self._status(record),
             "created_at": _iso(record.created_at),
             "updated_at": _iso(record.updated_at),
         }

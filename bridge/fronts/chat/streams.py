@@ -2,17 +2,23 @@
 
 `ChatStreams.watch(session, watcher, after)` attaches a socket to a session. The
 first watcher of a session creates its `_Stream`: a session subscriber that runs a
-`ChatProjector` (caught up from the stored log) and encodes each frame once for all
-watchers. A watcher that asks for `after_sequence` is replayed by re-deriving the
-frames from the log (they are a pure function of it, `codecs.chat`) while the live
-frames it would have got are held; the held frames past the replay are then
-released, so it sees every frame once, in order, with no gap. A stream lives while
-someone watches; with no watcher a session costs nothing here.
+`ChatProjector` (caught up from the stored log: from the checkpoint of its last run,
+bridge/fronts/chat/replay.py) and encodes each frame once for all watchers. As a run
+starts, the stream notes the run's checkpoint on the turn's record (`stream_seq`). A
+watcher that asks for `after_sequence` is replayed by re-deriving the frames from the
+log, from the run holding that position (the frames are a pure function of it and of
+that run's checkpoint, codecs/chat.py), while the live frames it would have got are
+held; the held frames past the replay are then released, so it sees every frame once,
+in order, with no gap. An `after_sequence` the session has not reached is live from
+where it is (`session:subscribed` says where); one whose frames are no longer stored is
+refused (NotFound). A stream lives while someone watches; with no watcher a session
+costs nothing here.
 
 Subscribers never pause the session (`congested()` is False): each watcher bounds
 its own queue and drops itself when a client is too slow (the WebSocket policy).
 
-`transcript(session_id)` derives the whole transcript's turn projections for REST.
+`transcript(session_id, ...)` derives one page of the transcript's turn projections for
+REST, projecting only that page's runs (from the first one's checkpoint).
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from typing import Any, ClassVar, Protocol
 
 import trio
 
-from bridge.codecs.chat import ChatProjector, commands_frame
+from bridge.codecs.chat import ChatProjector, Frame, commands_frame
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.core.events import CommandsAvailable, Event, TurnEnded
 from bridge.errors import NotFound
+from bridge.fronts.chat.replay import feed_stored, origin, origin_of
 from bridge.fronts.chat.state import ChatSessionState
 from bridge.schema.chat import RunOptions, TurnProjection
 from bridge.session import Session, SessionManager, Turn, decode_front_state
@@ -97,7 +104,9 @@ class _Stream:
     def __init__(self, streams: ChatStreams, session: Session) -> None:
         self.session = session
         self.dead = False
-        self.projector = streams.projector(session.id, session.front_state(ChatSessionState), live=True, skip_through=math.inf)
+        self.projector = streams.projector(
+            session.id, session.front_state(ChatSessionState), live=True, skip_through=math.inf, on_checkpoint=self._checkpoint
+        )
         self.watchers: dict[Watcher, None] = {}
         self.holding: dict[Watcher, list[TextFrame]] = {}
         self.joining = 0  # watchers on their way in (waiting for `ready`, replaying)
@@ -111,18 +120,23 @@ class _Stream:
         self._armed: Turn | None = None  # the turn whose `when_done` will pump `_waiting`
         self.unsubscribe = session.subscribe(self)
 
-    async def start(self, turn_times: dict[str, tuple[float, float | None]]) -> None:
-        self.projector.turn_times = turn_times
-        history = await self.session.history(0)
-        for event in history:
-            self.projector.feed(event)  # counted, not encoded
+    async def start(self, manager: SessionManager) -> None:
+        """Catch up from the checkpoint of the session's last run: its sequence and the
+        state of the run in progress are all a live stream needs."""
+        start = await origin(manager.store, self.session.id, None)
+        last = await feed_stored(manager, self.session.id, self.projector, start, live=self.session)
         self.projector.skip_through = 0
-        last = history[-1].seq if history else 0
         pending, self._pending = self._pending or [], None
         for event in pending:
             if event.seq > last:
                 self.deliver(event)
         self.ready.set()
+
+    def _checkpoint(self, turn_id: str, sequence: int) -> None:
+        # Written with the turn's next flush: where a replay of this run starts.
+        turn = self.session.turn
+        if turn is not None and turn.turn_id == turn_id and turn.record is not None:
+            turn.record.stream_seq = sequence
 
     # -- Subscriber ---------------------------------------------------------------------
     def deliver(self, event: Event) -> None:
@@ -223,9 +237,6 @@ class ChatStreams:
             **kw,
         )
 
-    async def _turn_times(self, session_id: str) -> dict[str, tuple[float, float | None]]:
-        return {t.turn_id: (t.started_at, t.ended_at) for t in await self.manager.store.list_turns(session_id)}
-
     def live_projector(self, session_id: str) -> ChatProjector | None:
         stream = self._streams.get(session_id)
         return stream.projector if stream is not None and stream.ready.is_set() else None
@@ -253,7 +264,7 @@ class ChatStreams:
             stream = self._streams[session.id] = _Stream(self, session)
             stream.joining += 1
             try:
-                await stream.start(await self._turn_times(session.id))
+                await stream.start(self.manager)
             except BaseException:
                 stream.joining -= 1
                 stream.failed = True
@@ -289,18 +300,14 @@ class ChatStreams:
                 self._drop(stream)
 
     async def _replay(self, session: Session, watcher: Watcher, after: int) -> int:
-        events = await session.history(0)
+        start = await origin(self.manager.store, session.id, after)
         projector = self.projector(session.id, session.front_state(ChatSessionState), live=False, skip_through=after)
-        projector.turn_times = await self._turn_times(session.id)
-        batch: list[TextFrame] = []
-        for event in events:
-            for seq, data in projector.feed(event):
-                batch.append((seq, data.decode()))
-            if len(batch) >= _REPLAY_BATCH:
-                await watcher.replay(batch)
-                batch = []
-        if batch:
-            await watcher.replay(batch)
+
+        async def sink(frames: list[Frame]) -> None:
+            for i in range(0, len(frames), _REPLAY_BATCH):
+                await watcher.replay([(seq, data.decode()) for seq, data in frames[i : i + _REPLAY_BATCH]])
+
+        await feed_stored(self.manager, session.id, projector, start, live=session, sink=sink)
         return projector.sequence
 
     def unwatch(self, session_id: str, watcher: Watcher) -> None:
@@ -332,18 +339,43 @@ class ChatStreams:
         if self._streams.get(stream.session.id) is stream:
             del self._streams[stream.session.id]
 
-    async def transcript(self, session_id: str) -> tuple[list[TurnProjection], int]:
-        """Every turn projection of the session, derived from the stored log."""
+    async def transcript(
+        self, session_id: str, *, limit: int, before: int | None = None
+    ) -> tuple[list[TurnProjection], int, int | None]:
+        """The turn projections of the newest `limit` runs that start before event
+        `before` (None: the newest runs), derived from the stored log from the first
+        run's checkpoint; the last frame number they reach; and where the page before
+        them ends (the `before` of the next older page), None when this page is the first."""
         live = self.manager.live(session_id)
         if live is not None:
-            state, events = live.front_state(ChatSessionState), await live.history(0)
+            state = live.front_state(ChatSessionState)
+            await live.flush()  # the running turn's record is listed, its events readable
         else:
             record = await self.manager.store.get_session(session_id)
             if record is None:
                 raise NotFound(f"unknown session {session_id!r}")
-            state, events = decode_front_state(record.states, ChatSessionState), await self.manager.read_events(session_id)
+            state = decode_front_state(record.states, ChatSessionState)
+        store = self.manager.store
+        turns = await store.list_turns(session_id, before_seq=before, limit=limit + 1, newest_first=True)
+        more = len(turns) > limit
+        turns = turns[:limit][::-1]
+        if not turns:
+            return [], 0, None  # nothing before `before`: the first run's checkpoint is 0
+        first = turns[0]
         projector = self.projector(session_id, state, live=False, keep_transcript=True, skip_through=math.inf)
-        projector.turn_times = await self._turn_times(session_id)
-        for event in events:
-            projector.feed(event)
-        return projector.transcript(), projector.sequence
+        reached = False
+
+        def opened(turn_id: str, sequence: int) -> None:
+            nonlocal reached
+            if not reached:  # the runs before the page's first one are not kept
+                projector.transcript().clear()
+                reached = turn_id == first.turn_id
+
+        projector.on_checkpoint = opened
+        after = await store.list_turns(session_id, after_seq=turns[-1].first_seq, limit=1)
+        through = after[0].first_seq - 1 if after else None
+        start = await origin_of(store, session_id, first)
+        await feed_stored(self.manager, session_id, projector, start, live=live, through_seq=through)
+        if after:  # the next run's start would close a run whose end was never stored
+            projector.end_unended_run()
+        return projector.transcript(), projector.sequence, first.first_seq if more else None
