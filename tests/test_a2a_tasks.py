@@ -29,6 +29,7 @@ from bridge.core.events import MessageChunk, StopReason
 from bridge.errors import InvalidParams, NotFound
 from bridge.fronts.a2a.config import A2AFrontConfig
 from bridge.fronts.a2a.push import PushService
+from bridge.fronts.a2a.state import A2ATask, Kept, decode_task
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.schema import a2a as s
 from bridge.session import SessionManager
@@ -280,3 +281,18 @@ async def test_after_a_restart_a_task_is_read_from_its_row_and_its_own_events() 
             assert again.status.state == _S.COMPLETED
             assert [m.parts[0].text for m in again.history or ()] == ["which?", "The agent needs more input.", "the red one"]
             assert [p.text for a in again.artifacts or () for p in a.parts] == ["which one?", "done"]
+
+
+def test_a_task_row_that_does_not_decode_reads_as_empty_and_is_written_back_as_stored() -> None:
+    """One bad row (another version's, edited by hand) must not lose what it holds."""
+    task, writable = decode_task({"mids": {"t": "m"}, "push": [{"id": "p", "url": "https://h/x"}]})
+    assert writable and task.push[0].dialect == "1.0"  # written before the dialect was kept
+    bad = {"turns": "not a list", "push": [{"id": "p", "url": "https://h/x", "token": "tok"}]}
+    task, writable = decode_task(bad)
+    assert task == A2ATask() and not writable
+    record = TaskRecord(task_id="t", session_id="s", route="demo", context_id="s", created_at=1.0, turn_id="t",
+                        state=_S.WORKING, status_ts=1.0, data=bad)  # fmt: skip
+    projector = TaskProjector("t", "s")
+    projector.feed_canceled(2.0)
+    row = Kept(record, task, projector, writable=False).row()
+    assert row.data == bad and (row.state, row.status_ts) == (_S.CANCELED, 2.0)
