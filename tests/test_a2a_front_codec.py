@@ -477,23 +477,22 @@ def test_a_selection_naming_no_option_is_refused() -> None:
         answer_for(PERMISSION, [s.Part(data={"selected": ["maybe"]})])
 
 
-def test_the_messages_kept_as_sent_are_bounded_per_session() -> None:
-    """The session record (rewritten at every turn end) keeps only the newest client
-    messages as sent: a long conversation does not make each flush larger."""
-    from bridge.fronts.a2a.state import SENT_BUDGET_BYTES, SENT_MAX_BYTES, SENT_MAX_MESSAGES, A2AContext
+def test_the_messages_kept_as_sent_are_bounded_per_task() -> None:
+    """A task's row (rewritten at each change of its state) keeps only its newest client
+    messages as sent: a long exchange on one task does not make each write larger."""
+    from bridge.fronts.a2a.state import SENT_BUDGET_BYTES, SENT_MAX_BYTES, SENT_MAX_MESSAGES, A2ATask
 
     def msg(mid: str, size: int = 10) -> s.Message:
         return s.Message(message_id=mid, role=s.ROLE_USER, parts=[s.Part(text="x" * size)])
 
-    ctx = A2AContext()
-    for i in range(200):  # 40 tasks of 5 messages (a prompt, then answers)
-        assert ctx.keep_sent(f"task-{i // 5}", f"key-{i}", msg(f"m-{i}"))
-    kept = [m.message_id for t in ctx.tasks.values() for m in t.sent.values()]
-    assert kept == [f"m-{i}" for i in range(200 - SENT_MAX_MESSAGES, 200)]
-    assert not ctx.keep_sent("task-x", "big", msg("big", SENT_MAX_BYTES + 1))
+    task = A2ATask()
+    for i in range(200):  # a prompt, then answers
+        assert task.keep_sent(f"key-{i}", msg(f"m-{i}"))
+    assert [m.message_id for m in task.sent.values()] == [f"m-{i}" for i in range(200 - SENT_MAX_MESSAGES, 200)]
+    assert not task.keep_sent("big", msg("big", SENT_MAX_BYTES + 1))
 
-    ctx = A2AContext()
+    task = A2ATask()
     for i in range(100):
-        ctx.keep_sent(f"task-{i}", f"key-{i}", msg(f"m-{i}", SENT_MAX_BYTES - 200))
-    assert len(msgspec.json.encode(ctx)) <= SENT_BUDGET_BYTES + 4096
-    assert ctx.tasks["task-99"].sent and not ctx.tasks["task-0"].sent
+        task.keep_sent(f"key-{i}", msg(f"m-{i}", SENT_MAX_BYTES - 200))
+    assert len(msgspec.json.encode(task)) <= SENT_BUDGET_BYTES + 4096
+    assert "key-99" in task.sent and "key-0" not in task.sent

@@ -378,6 +378,13 @@ async def test_tasks_outlive_a_restart(bridge_exe: list[str], tmp_path: Path, cl
                 sub = await h.post("/a2a/demo", json=rpc("SubscribeToTask", {"id": one["task_id"]}), headers=V10)
                 follow = (await call(h, "demo", "SendMessage", message("later", contextId=one["context_id"])))["result"]["task"]
                 relisted = (await call(h, "demo", "ListTasks", {"contextId": one["context_id"]}))["result"]
+                # The route's completed tasks (every context), two a page, by the page tokens.
+                pages, token = [], ""
+                while not pages or token:
+                    params = {"status": "TASK_STATE_COMPLETED", "pageSize": 2, **({"pageToken": token} if token else {})}
+                    pages.append((await call(h, "demo", "ListTasks", params))["result"])
+                    token = pages[-1]["nextPageToken"]
+                canceled = (await call(h, "demo", "ListTasks", {"status": "TASK_STATE_CANCELED"}))["result"]
     # GetTask after the restart: the same task, its artifacts and history, from the store.
     assert got["id"] == one["task_id"] and state_of(got) == "TASK_STATE_COMPLETED"
     assert got["artifacts"] == before["tasks"]["get"]["artifacts"]
@@ -391,6 +398,11 @@ async def test_tasks_outlive_a_restart(bridge_exe: list[str], tmp_path: Path, cl
     # The context goes on after the restart.
     assert follow["contextId"] == one["context_id"] and state_of(follow) == "TASK_STATE_COMPLETED"
     assert relisted["totalSize"] == 3
+    # Newest status first across contexts: the follow-up, the errors scenario's task, then two and one.
+    completed = [task["id"] for page in pages for task in page["tasks"]]
+    assert [p["totalSize"] for p in pages] == [4, 4] and len(completed) == 4
+    assert completed[0] == follow["id"] and completed[2:] == [two["task_id"], one["task_id"]]
+    assert [t["id"] for t in canceled["tasks"]] == [waiting["id"]] and canceled["totalSize"] == 1
     assert after["errors"]["unknown_task"]["error"] == "TaskNotFoundError"
 
 
@@ -433,6 +445,7 @@ async def test_json_rpc_errors(bridge_exe: list[str], tmp_path: Path, clean_env:
             cases["old_method_new_version"] = error_of(await call(h, "demo", "message/send", {"message": {"messageId": "x", "role": "user", "parts": [{"kind": "text", "text": "x"}]}}))
             cases["history_length"] = error_of(await call(h, "demo", "GetTask", {"id": done["id"], "historyLength": -1}))
             cases["page_size"] = error_of(await call(h, "demo", "ListTasks", {"pageSize": 1000}))
+            cases["page_token"] = error_of(await call(h, "demo", "ListTasks", {"pageToken": "not-a-token"}))
             cases["bad_answer"] = error_of(await call(h, "demo", "SendMessage", message("purple", taskId=(await call(h, "demo", "SendMessage", message("ask: x")))["result"]["task"]["id"])))
             ctype = await h.post("/a2a/demo", content=json.dumps(rpc("GetTask", {"id": "x"})), headers={"content-type": "text/plain", **V10})
             big = await raw(b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "' + b"x" * 20_000 + b'"}}')
@@ -457,6 +470,7 @@ async def test_json_rpc_errors(bridge_exe: list[str], tmp_path: Path, clean_env:
         "old_method_new_version": (-32009, "VERSION_NOT_SUPPORTED"),
         "history_length": (-32602, "INVALID_PARAMS"),
         "page_size": (-32602, "INVALID_PARAMS"),
+        "page_token": (-32602, "INVALID_PARAMS"),
         "bad_answer": (-32602, "INVALID_PARAMS"),
     }
     assert ids == ["abc", 42, 7, None]

@@ -2,8 +2,8 @@
 `TaskPushNotificationConfig`, docs/specification.md): webhooks per task, every state
 change POSTed, at least once.
 
-Configs are kept with their task in the session's `A2AContext` (bridge/fronts/a2a/state.py,
-stored with the session record), so they outlive a restart. Each change of the task's state (working,
+Configs are kept with their task, in its row (bridge/fronts/a2a/state.py `A2ATask.push`,
+written at once when they change), so they outlive a restart. Each change of the task's state (working,
 input-required, completed, ...; not every progress message) is POSTed to each of
 its webhooks: for a config made in 1.0, the StreamResponse `{"statusUpdate": ...}`
 with `Content-Type: application/a2a+json`; for one made in 0.3, the Task (what a
@@ -43,7 +43,7 @@ from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.fronts.a2a.config import A2AFrontConfig
 from bridge.errors import InvalidParams, NotFound
-from bridge.fronts.a2a.state import A2AContext, A2APushConfig, A2ATask
+from bridge.fronts.a2a.state import A2APushConfig, Kept
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.schema import a2a as s
 
@@ -151,23 +151,27 @@ class PushService:
             )
 
     # -- configs ---------------------------------------------------------------------------
-    async def _task(self, route: str, task_id: str) -> tuple[Any, A2ATask]:
+    async def _task(self, route: str, task_id: str) -> Kept:
         if not self.enabled:
             raise A2AFault("PushNotificationNotSupported", "this agent sends no push notifications")
-        session_id, _ = await self.tasks._load(route, task_id)
-        session = await self.tasks.manager.get(session_id)
-        return session, session.front_state(A2AContext).task(task_id)
+        return await self.tasks.kept(route, task_id)
+
+    async def _save(self, kept: Kept) -> None:
+        """Write the task's row now, through its session (in the store's one transaction per write)."""
+        session = await self.tasks.manager.get(kept.record.session_id)
+        session.stage_task(kept.row())
+        await session.save_record()
 
     async def create(self, route: str, config: s.TaskPushNotificationConfig, *, dialect: str) -> s.TaskPushNotificationConfig:
         self.check(config)
-        session, _ = await self._task(route, config.task_id)
-        stored = self.register(session, config, dialect=dialect)
-        await session.save_record()
+        kept = await self._task(route, config.task_id)
+        stored = self.register(kept, config, dialect=dialect)
+        await self._save(kept)
         return _config(config.task_id, stored)
 
-    def register(self, session: Any, config: s.TaskPushNotificationConfig, *, dialect: str) -> A2APushConfig:
-        """Keep a (checked) config with its task in the session record; the next state change is POSTed."""
-        configs = session.front_state(A2AContext).task(config.task_id).push
+    def register(self, kept: Kept, config: s.TaskPushNotificationConfig, *, dialect: str) -> A2APushConfig:
+        """Keep a (checked) config with its task (the caller writes its row); the next state change is POSTed."""
+        configs = kept.task.push
         cid = config.id or uuid.uuid4().hex
         configs[:] = [c for c in configs if c.id != cid]
         if len(configs) >= self.cfg.push_max_configs:
@@ -185,16 +189,14 @@ class PushService:
         return stored
 
     async def get(self, route: str, task_id: str, config_id: str) -> s.TaskPushNotificationConfig:
-        _, task = await self._task(route, task_id)
-        configs = task.push
+        configs = (await self._task(route, task_id)).task.push
         found = next((c for c in configs if c.id == config_id), None) if config_id else (configs[0] if configs else None)
         if found is None:
             raise NotFound(f"task {task_id} has no push notification config {config_id!r}")
         return _config(task_id, found)
 
     async def list(self, route: str, req: s.ListTaskPushNotificationConfigsRequest) -> s.ListTaskPushNotificationConfigsResponse:
-        _, task = await self._task(route, req.task_id)
-        configs = [_config(req.task_id, c) for c in task.push]
+        configs = [_config(req.task_id, c) for c in (await self._task(route, req.task_id)).task.push]
         size = req.page_size or 100
         try:
             start = int(req.page_token) if req.page_token else 0
@@ -205,21 +207,19 @@ class PushService:
         return s.ListTaskPushNotificationConfigsResponse(configs=page, next_page_token=str(start + size) if more else "")
 
     async def delete(self, route: str, task_id: str, config_id: str) -> None:
-        session, task = await self._task(route, task_id)
-        configs = task.push
-        kept = [c for c in configs if c.id != config_id]
-        if len(kept) == len(configs):
+        kept = await self._task(route, task_id)
+        configs = kept.task.push
+        left = [c for c in configs if c.id != config_id]
+        if len(left) == len(configs):
             raise NotFound(f"task {task_id} has no push notification config {config_id!r}")
-        task.push = kept
-        await session.save_record()
+        kept.task.push = left
+        await self._save(kept)
 
     # -- delivery ------------------------------------------------------------------------------
-    def notify(self, session: Any, projector: TaskProjector, event: s.StreamResponse) -> None:
+    def notify(self, session: Any, kept: Kept, event: s.StreamResponse) -> None:
         """The task's state changed (called synchronously, from the session's delivery)."""
-        state = session.find_front_state(A2AContext)
-        task = state.tasks.get(projector.task_id) if state is not None else None
-        if task is not None and task.push:
-            self._send(session, projector, event, task.push)
+        if kept.task.push:
+            self._send(session, kept.projector, event, kept.task.push)
 
     def _send(self, session: Any, projector: TaskProjector, event: s.StreamResponse, configs: list[A2APushConfig]) -> None:
         bodies: dict[str, bytes] = {}

@@ -1,37 +1,56 @@
-"""What the A2A front keeps with each session it made: its tasks, push configs and side sessions.
+"""What the A2A front keeps: per session a small `A2AContext`, per task a row of its own.
 
-One `A2AContext` per session, stored as `SessionRecord.meta["a2a"]` (bridge/session/state.py;
-the on-disk shape is the one this front has always written, so records of an older
-daemon read back unchanged). Its presence marks a session the A2A front made: ListTasks
-lists only those, and a `contextId` naming any other session is unknown.
+`A2AContext` is stored as `SessionRecord.states["a2a"]` (bridge/session/state.py). Its
+presence marks a session the A2A front made (a `contextId` naming any other session is
+unknown). It holds only what is small and bounded per session:
 
 - `ctx`: a side session's context (the primary session's id); None on a primary.
 - `side`: a primary's side sessions (parallel tasks of one context, bridge/fronts/a2a/tasks.py).
 - `held`: the interrupted task waiting in this session for the client's next message.
-- `cont`: continuation turn → its task (a task interrupted then resumed spans turns).
-- `tasks`: task id → `A2ATask`: its last `state` and `ts` once its turn ended, the `turns`
-  after its first, the client's message ids (`mids`), the client's messages as sent
-  (`sent`, by turn id or question id, each up to `SENT_MAX_BYTES`, the session's newest
-  `SENT_MAX_MESSAGES` within `SENT_BUDGET_BYTES`, since the record is rewritten at every
-  turn end: task history shows them so; any other is rebuilt from the events), `refs` (referenceTaskIds),
-  `quoted` (blocks of referenced replies put before the prompt) and `push` configs.
+
+Each task is a `TaskRecord` row (bridge/store/base.py: its session, context, latest turn,
+state and status time), staged with the session's next flush whenever it changes, so no
+write grows with the number of tasks a context had (issue 16). Its `data` is an `A2ATask`:
+the `turns` after its first (a continuation turn has no row of its own, so its id is no
+task), the client's message ids (`mids`, by turn id or question id), the client's
+messages as sent (`sent`, by turn id or question id: each up to `SENT_MAX_BYTES`, the
+task's newest `SENT_MAX_MESSAGES` within `SENT_BUDGET_BYTES`; the history rebuilds any
+other from the events), `refs` (referenceTaskIds), `quoted` (blocks of referenced
+replies put before the prompt) and `push` configs.
+
+`Kept` is a task as the front holds it in memory while it runs or was used lately: its
+row, its decoded `A2ATask` and its `TaskProjector`, which share the message dicts.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import ClassVar
 
 import msgspec
 
+from bridge.codecs.a2a_task import TaskProjector
 from bridge.schema import a2a as s
 from bridge.session import FrontState
+from bridge.store import TaskRecord
 
-__all__ = ["A2AContext", "A2APushConfig", "A2ATask", "SENT_BUDGET_BYTES", "SENT_MAX_BYTES", "SENT_MAX_MESSAGES"]
+__all__ = [
+    "A2AContext",
+    "A2APushConfig",
+    "A2ATask",
+    "Kept",
+    "SENT_BUDGET_BYTES",
+    "SENT_MAX_BYTES",
+    "SENT_MAX_MESSAGES",
+    "decode_task",
+]
+
+log = logging.getLogger("bridge.fronts.a2a.front")
 
 _enc = msgspec.json.Encoder()
-SENT_MAX_BYTES = 16 * 1024  # a client message kept as sent (it is rewritten with every record)
-SENT_MAX_MESSAGES = 32  # ... and per session, the newest ones
+SENT_MAX_BYTES = 16 * 1024  # a client message kept as sent (it is rewritten with the task's row)
+SENT_MAX_MESSAGES = 32  # ... and per task, the newest ones
 SENT_BUDGET_BYTES = 128 * 1024
 
 
@@ -56,14 +75,40 @@ class A2APushConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class A2ATask(msgspec.Struct, kw_only=True, omit_defaults=True):
-    state: str | None = None
-    ts: float | None = None
+    """A task's `TaskRecord.data` (the field names are those a schema-2 store's tasks had)."""
+
     turns: list[str] = []
     mids: dict[str, str] = {}
     sent: dict[str, s.Message] = {}
     refs: list[str] = []
     quoted: int = 0
     push: list[A2APushConfig] = []
+
+    def keep_sent(self, key: str, message: s.Message) -> bool:
+        """Keep the client's message as sent, unless it is large; this task's oldest ones go
+        past `SENT_MAX_MESSAGES` or `SENT_BUDGET_BYTES`. Whether `message` is kept."""
+        size = len(_enc.encode(message))
+        if size > SENT_MAX_BYTES:
+            return False
+        kept = [(k, len(_enc.encode(m))) for k, m in self.sent.items()]  # this task's, at most 32
+        count, total = len(kept) + 1, sum(n for _, n in kept) + size
+        for k, n in kept:  # oldest first
+            if count <= SENT_MAX_MESSAGES and total <= SENT_BUDGET_BYTES:
+                break
+            del self.sent[k]
+            count, total = count - 1, total - n
+        self.sent[key] = message
+        return True
+
+
+def decode_task(data: dict[str, object]) -> tuple[A2ATask, bool]:
+    """A row's `data` as an `A2ATask`, and whether it may be written back: data that does
+    not decode (another version's, edited by hand) reads as empty and stays as stored."""
+    try:
+        return msgspec.convert(data, A2ATask, strict=False), True
+    except msgspec.ValidationError as exc:
+        log.warning("an A2A task row's data does not decode (%s); read as empty and kept as stored", exc)
+        return A2ATask(), False
 
 
 class A2AContext(FrontState):
@@ -72,28 +117,29 @@ class A2AContext(FrontState):
     ctx: str | None = None
     side: list[str] = []
     held: str | None = None
-    cont: dict[str, str] = {}
-    tasks: dict[str, A2ATask] = {}
 
-    def task(self, task_id: str) -> A2ATask:
-        """The state of `task_id`, made empty if it has none yet."""
-        task = self.tasks.get(task_id)
-        if task is None:
-            task = self.tasks[task_id] = A2ATask()
-        return task
 
-    def keep_sent(self, task_id: str, key: str, message: s.Message) -> bool:
-        """Keep the client's message as sent, unless it is large; the session's oldest ones (the
-        oldest tasks' first) go past `SENT_MAX_MESSAGES` or `SENT_BUDGET_BYTES`. Whether `message` is kept."""
-        size = len(_enc.encode(message))
-        if size > SENT_MAX_BYTES:
-            return False
-        kept = [(t, k, len(_enc.encode(m))) for t in self.tasks.values() for k, m in t.sent.items()]
-        count, total = len(kept) + 1, sum(n for _, _, n in kept) + size
-        for task, k, n in kept:
-            if count <= SENT_MAX_MESSAGES and total <= SENT_BUDGET_BYTES:
-                break
-            del task.sent[k]
-            count, total = count - 1, total - n
-        self.task(task_id).sent[key] = message
-        return True
+class Kept:
+    """A task held in memory: its row, its data and its projector (sharing `mids` and `sent`)."""
+
+    __slots__ = ("record", "task", "projector", "writable")
+
+    def __init__(self, record: TaskRecord, task: A2ATask, projector: TaskProjector, *, writable: bool = True) -> None:
+        self.record = record  # its columns; `state`, `status_ts` and `data` are made by `row()`
+        self.task = task
+        self.projector = projector
+        self.writable = writable
+
+    @property
+    def task_id(self) -> str:
+        return self.record.task_id
+
+    def keep_sent(self, key: str, message: s.Message) -> None:
+        """The client's message as sent, for the task's history (the projector shares `sent`)."""
+        self.task.keep_sent(key, message)
+
+    def row(self) -> TaskRecord:
+        """The task's row as it is now, to stage with the session's next flush."""
+        p = self.projector
+        data = msgspec.to_builtins(self.task) if self.writable else self.record.data
+        return msgspec.structs.replace(self.record, state=p.state, status_ts=p.timestamp, data=data)

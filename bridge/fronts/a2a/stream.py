@@ -14,6 +14,9 @@ batched bodies under hypercorn); a `: keepalive` comment when nothing was writte
 `Cache-Control: no-cache` and `X-Accel-Buffering: no` so proxies do not buffer
 (DESIGN.md complaint 1). A client that disconnects only ends its stream: the task
 is not cancelled (A2A spec, streaming: a dropped stream does not cancel the task).
+A2A has no resume token (A2A spec §3.1.6: `SubscribeToTaskRequest` names only the
+task; its stream starts with the Task as it is, so nothing is lost between two
+streams): frames carry no SSE `id:`, and a `Last-Event-ID` is not read.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import trio
 from bridge.codecs.a2a_server import EventEncoder
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.core.events import Event, TurnEnded
+from bridge.fronts.a2a.state import Kept
 from bridge.schema import a2a as s
 
 __all__ = ["LiveTask", "SseStream"]
@@ -123,10 +127,11 @@ class LiveTask:
 
     protocol: ClassVar[str] = "a2a"  # the events-relayed metric's label (bridge/session/interfaces.py)
 
-    def __init__(self, session: Any, projector: TaskProjector, turn: Any, *,
+    def __init__(self, session: Any, kept: Kept, turn: Any, *,
                  on_state: Callable[[LiveTask, s.StreamResponse], None], on_end: Callable[[LiveTask], None]) -> None:  # fmt: skip
         self.session = session
-        self.projector = projector
+        self.kept = kept  # the task's row and data (bridge/fronts/a2a/state.py)
+        self.projector: TaskProjector = kept.projector
         self.turn = turn
         self.turn_id: str = turn.turn_id
         self.streams: list[SseStream] = []

@@ -17,11 +17,14 @@ the back); when all are busy, or held by an interrupted task waiting for its nex
 message, a new session is opened beside them ("side" session, linked to the
 context): it runs in parallel, without the back's memory of the others.
 
-Kept as each session's typed `A2AContext` (bridge/fronts/a2a/state.py says what it
-holds), which the session writes with its record at every turn end, so a task's final
-state is stored with it. GetTask, ListTasks and SubscribeToTask read live tasks, then a small cache, then
-the store (bridge/fronts/a2a/read.py), so they work after the turn ended and after
-a restart.
+Each task is a row of its own, staged with its session's next flush when it is made,
+at each change of its state (its end is written with the turn's end, in one
+transaction), and written at once when a push config changes, a continuation starts
+or an interrupted task is canceled; each session keeps a small `A2AContext`
+(bridge/fronts/a2a/state.py says what each holds). Tasks are held in memory while
+they run and in a bounded cache of recent ones; GetTask, ListTasks, SubscribeToTask and
+push configs read any other from the store (bridge/fronts/a2a/read.py), so they work
+after the turn ended and after a restart.
 """
 
 from __future__ import annotations
@@ -41,17 +44,18 @@ from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
 from bridge.fronts.a2a.read import list_tasks, replay
-from bridge.fronts.a2a.state import A2AContext
+from bridge.fronts.a2a.state import A2AContext, A2ATask, Kept
 from bridge.fronts.a2a.stream import LiveTask, SseStream
 from bridge.fronts.a2a.waiting import WaitingStreams
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
+from bridge.store import TaskRecord
 
 __all__ = ["TaskService"]
 
 log = logging.getLogger("bridge.fronts.a2a.front")
 
-_RECENT = 1024  # finished tasks kept projected in memory
+_RECENT = 1024  # tasks not running kept in memory (projected), the most recently used
 _REFERENCE_CHARS = 16 * 1024
 _S = s.TaskState
 
@@ -62,7 +66,7 @@ class TaskService:
         self.manager = manager
         self.live: dict[str, LiveTask] = {}
         self.waiting = WaitingStreams(cfg, manager)  # SubscribeToTask streams of interrupted tasks between turns
-        self._recent: OrderedDict[str, tuple[str, str, TaskProjector]] = OrderedDict()  # task → (route, session id, projector)
+        self._recent: OrderedDict[str, Kept] = OrderedDict()  # tasks not running, least recently used first
         # Our sessions with nothing running, longest idle first → since when.
         self._idle: OrderedDict[str, float] = OrderedDict()
         self._reap_now = trio.Event()
@@ -94,6 +98,7 @@ class TaskService:
         else:
             live = await self._new_task(route, msg, push, dialect)
         if push is not None:
+            live.session.stage_task(live.kept.row())
             await live.session.save_record()  # the config is kept with the task
         return live
 
@@ -118,28 +123,29 @@ class TaskService:
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
-        state = session.front_state(A2AContext)
-        task = state.task(turn.turn_id)
-        task.mids = {turn.turn_id: msg.message_id}
-        state.keep_sent(turn.turn_id, turn.turn_id, msg)
-        task.refs = refs
-        task.quoted = len(quoted)
+        task = A2ATask(mids={turn.turn_id: msg.message_id}, refs=refs, quoted=len(quoted))
+        record = TaskRecord(
+            task_id=turn.turn_id, session_id=session.id, route=route, context_id=context_id, created_at=turn.started_at,
+            turn_id=turn.turn_id, state=_S.SUBMITTED, status_ts=turn.started_at,
+        )  # fmt: skip
         projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted), sent=task.sent)
-        self._with_push(session, turn.turn_id, push, dialect)
-        return self._run(session, projector, turn, content)
+        kept = Kept(record, task, projector)
+        kept.keep_sent(turn.turn_id, msg)
+        self._with_push(kept, push, dialect)
+        return self._run(session, kept, turn, content)  # its TurnStarted makes it WORKING: its row is staged then
 
-    def _with_push(self, session: Session, task_id: str, push: s.TaskPushNotificationConfig | None, dialect: str) -> None:
+    def _with_push(self, kept: Kept, push: s.TaskPushNotificationConfig | None, dialect: str) -> None:
         """A webhook given with the message hears of every state change from the first."""
         if push is not None:
-            push.task_id = task_id
-            self.push.register(session, push, dialect=dialect)
+            push.task_id = kept.task_id
+            self.push.register(kept, push, dialect=dialect)
 
-    def _run(self, session: Session, projector: TaskProjector, turn: Any, content: list[ContentBlock]) -> LiveTask:
-        live = LiveTask(session, projector, turn, on_state=self._state_changed, on_end=self._ended)
-        live.handoff = lambda stream: self.waiting.add(projector, stream, session)
-        for stream in self.waiting.take(projector.task_id):
+    def _run(self, session: Session, kept: Kept, turn: Any, content: list[ContentBlock]) -> LiveTask:
+        live = LiveTask(session, kept, turn, on_state=self._state_changed, on_end=self._ended)
+        live.handoff = lambda stream: self.waiting.add(kept.projector, stream, session)
+        for stream in self.waiting.take(kept.task_id):
             live.follow(stream)
-        self.live[projector.task_id] = live
+        self.live[kept.task_id] = live
         self._idle.pop(session.id, None)
         live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=turn.message_id, meta=turn.message_meta))
         return live
@@ -149,7 +155,7 @@ class TaskService:
         assert task_id is not None
         live = self.live.get(task_id)
         if live is not None:
-            self._check(route, live.session.record.route, live.projector.context_id, msg.context_id, task_id)
+            self._check(route, live.kept.record.route, live.projector.context_id, msg.context_id, task_id)
             question = live.projector.open_question
             if live.projector.state != _S.INPUT_REQUIRED or question is None:
                 why = f"task {task_id} is {live.projector.state}, not waiting for input: wait for it, subscribe to it or cancel it"
@@ -158,47 +164,46 @@ class TaskService:
                 selected, text, values = answer_for(question, msg.parts)
             except ValueError as exc:
                 raise InvalidParams(str(exc)) from exc
-            live.projector.message_ids[question.id] = msg.message_id
-            _keep_sent(live.session, live.projector, question.id, msg)
-            self._with_push(live.session, task_id, push, dialect)
+            live.kept.task.mids[question.id] = msg.message_id  # its row is staged as it turns WORKING
+            live.kept.keep_sent(question.id, msg)
+            self._with_push(live.kept, push, dialect)
             live.session.answer(question.id, selected=selected, text=text, values=values)
             return live
-        session_id, projector = await self._load(route, task_id)
+        kept = await self.kept(route, task_id)
+        projector = kept.projector
         self._check(route, route, projector.context_id, msg.context_id, task_id)
         if projector.state in s.TERMINAL_STATES:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, and a finished task takes no more messages: "
                            "send a new message in its context (referenceTaskIds may name it)")  # fmt: skip
         if projector.state not in s.INTERRUPTED_STATES:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, not waiting for input")
-        session = await self.manager.get(session_id)
+        session = await self.manager.get(kept.record.session_id)
         content = blocks_of_message(msg)
         turn = session.start_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
+        kept.task.turns.append(turn.turn_id)  # a continuation turn has no row: its id is no task
+        kept.task.mids[turn.turn_id] = msg.message_id
+        kept.keep_sent(turn.turn_id, msg)
+        kept.record.turn_id = turn.turn_id
         state = session.front_state(A2AContext)
-        task = state.task(task_id)
-        task.turns.append(turn.turn_id)
-        if not task.mids:
-            task.mids = projector.message_ids
-        task.mids[turn.turn_id] = msg.message_id
-        projector.message_ids[turn.turn_id] = msg.message_id
-        _keep_sent(session, projector, turn.turn_id, msg)
-        state.cont[turn.turn_id] = task_id
         if state.held == task_id:
             state.held = None
         self._recent.pop(task_id, None)
-        self._with_push(session, task_id, push, dialect)
-        live = self._run(session, projector, turn, content)
+        self._with_push(kept, push, dialect)
+        live = self._run(session, kept, turn, content)
+        session.stage_task(kept.row())
         await session.save_record()  # the continuation is findable after a crash
         return live
 
     async def subscribe_waiting(self, route: str, task_id: str, stream: SseStream) -> None:
         """SubscribeToTask on a task that is not running: the task as it is, then, if it is
         interrupted, its next turn (A2A spec §3, SubscribeToTask: open until a terminal state)."""
-        session_id, projector = await self._load(route, task_id)
+        kept = await self.kept(route, task_id)
+        projector = kept.projector
         if projector.state in s.TERMINAL_STATES:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}: a finished task has no stream; GetTask reads it")
         self.waiting.check(task_id)
         stream.put(stream.encoder.frame(stream.encoder.payload(s.StreamResponse(task=projector.snapshot()))))
-        self.waiting.add(projector, stream, self.manager.live(session_id))
+        self.waiting.add(projector, stream, self.manager.live(kept.record.session_id))
 
     @staticmethod
     def _check(route: str, task_route: str, context_id: str, asked: str | None, task_id: str) -> None:
@@ -242,10 +247,11 @@ class TaskService:
         """Referenced tasks' replies, for an agent that did not see them (another session)."""
         blocks: list[ContentBlock] = []
         for ref in refs:
-            ref_session, projector = await self._load(route, ref)
+            referenced = await self.kept(route, ref)
+            projector = referenced.projector
             if projector.context_id != context_id:
                 raise InvalidParams(f"referenceTaskIds: task {ref} belongs to another context")
-            if ref_session == session_id:
+            if referenced.record.session_id == session_id:
                 continue  # this session's agent saw it
             texts = [p.text for a in projector.snapshot(history_length=0).artifacts or () for p in a.parts if p.text]
             if texts:
@@ -255,22 +261,23 @@ class TaskService:
 
     # -- task lifecycle --------------------------------------------------------------------------
     def _state_changed(self, live: LiveTask, event: s.StreamResponse) -> None:
+        if not live.ended:  # its end was staged by `_ended`
+            live.session.stage_task(live.kept.row())
         if self.push is not None:
-            self.push.notify(live.session, live.projector, event)
+            self.push.notify(live.session, live.kept, event)
 
     def _ended(self, live: LiveTask) -> None:
-        """The turn ended: the task's state goes into the session record the session writes next."""
+        """The turn ended: the task's row goes with the flush that stores the turn's end."""
         p = live.projector
+        live.session.stage_task(live.kept.row())
         state = live.session.front_state(A2AContext)
-        task = state.task(p.task_id)
-        task.state, task.ts = p.state, p.timestamp
         if p.state in s.INTERRUPTED_STATES:
             state.held = p.task_id
         elif state.held == p.task_id:
             state.held = None
         if self.live.get(p.task_id) is live:
             del self.live[p.task_id]
-        self._remember(p.task_id, live.session.record.route, live.session.id, p)
+        self._remember(live.kept)
         self._went_idle(live.session)
 
     def _went_idle(self, session: Session) -> None:
@@ -282,9 +289,9 @@ class TaskService:
             self._reaper_running = True
             session.shared_nursery.start_soon(self._reaper)
 
-    def _remember(self, task_id: str, route: str, session_id: str, projector: TaskProjector) -> None:
-        self._recent[task_id] = (route, session_id, projector)
-        self._recent.move_to_end(task_id)
+    def _remember(self, kept: Kept) -> None:
+        self._recent[kept.task_id] = kept
+        self._recent.move_to_end(kept.task_id)
         while len(self._recent) > _RECENT:
             self._recent.popitem(last=False)
 
@@ -312,51 +319,54 @@ class TaskService:
 
     # -- reading -------------------------------------------------------------------------------
     async def task(self, route: str, task_id: str) -> TaskProjector:
-        live = self.live.get(task_id)
-        if live is not None:
-            if live.session.record.route != route:
-                raise NotFound(f"unknown task {task_id!r}")
-            return live.projector
-        return (await self._load(route, task_id))[1]
+        return (await self.kept(route, task_id)).projector
 
-    async def _load(self, route: str, task_id: str) -> tuple[str, TaskProjector]:
-        """(session id, projector) of a task that is not running: from the cache or the store."""
+    def _in_memory(self, route: str, task_id: str) -> Kept | None:
+        """The task if it is in memory (running, or recent); NotFound if it is another route's."""
         live = self.live.get(task_id)
-        if live is not None:
-            return live.session.id, live.projector
-        cached = self._recent.get(task_id)
-        if cached is not None:
-            if cached[0] != route:
-                raise NotFound(f"unknown task {task_id!r}")
+        kept = live.kept if live is not None else self._recent.get(task_id)
+        if kept is None:
+            return None
+        if kept.record.route != route:
+            raise NotFound(f"unknown task {task_id!r}")
+        if live is None:
             self._recent.move_to_end(task_id)
-            return cached[1], cached[2]
-        session_id, projector = await replay(self.manager, route, task_id)
-        self._remember(task_id, route, session_id, projector)
-        return session_id, projector
+        return kept
+
+    async def kept(self, route: str, task_id: str, *, record: TaskRecord | None = None) -> Kept:
+        """The task: running, recent, else read from the store (`record`: its row, if read already)."""
+        kept = self._in_memory(route, task_id)
+        if kept is None:
+            read = await replay(self.manager, route, task_id, record)
+            kept = self._in_memory(route, task_id)  # read meanwhile by another request: one copy
+            if kept is None:
+                kept = read
+                self._remember(kept)
+        return kept
 
     # -- cancel ------------------------------------------------------------------------------------
     async def cancel(self, route: str, task_id: str) -> TaskProjector:
         live = self.live.get(task_id)
-        if live is not None and live.session.record.route == route:
+        if live is not None and live.kept.record.route == route:
             live.session.cancel()
             with trio.move_on_after(live.session.route.cancel_grace_s + 2):
                 await live.wait_ended()
             return live.projector
-        session_id, projector = await self._load(route, task_id)
+        kept = await self.kept(route, task_id)
+        projector = kept.projector
         if projector.state in s.TERMINAL_STATES:
             raise A2AFault("TaskNotCancelable", f"task {task_id} is already {projector.state}")
         # Interrupted, its turn over: nothing runs; the task just ends canceled.
         event = projector.feed_canceled(time.time())
-        session = await self.manager.get(session_id)
+        session = await self.manager.get(kept.record.session_id)
         state = session.front_state(A2AContext)
-        task = state.task(task_id)
-        task.state, task.ts = projector.state, projector.timestamp
         if state.held == task_id:
             state.held = None
+        session.stage_task(kept.row())
         await session.save_record()
         self._went_idle(session)
         if self.push is not None:
-            self.push.notify(session, projector, event)
+            self.push.notify(session, kept, event)
         self.waiting.end(task_id, event)
         return projector
 
@@ -369,13 +379,6 @@ def _holds_a_task(session: Session) -> bool:
     """An interrupted task waits in this session for the client's next message."""
     state = session.find_front_state(A2AContext)
     return state is not None and bool(state.held)
-
-
-def _keep_sent(session: Session, projector: TaskProjector, key: str, msg: s.Message) -> None:
-    """The client's message as sent, for the task's history: stored with the session and
-    known to the projector (which may hold a copy read back from the store)."""
-    if session.front_state(A2AContext).keep_sent(projector.task_id, key, msg):
-        projector.sent[key] = msg
 
 
 def _client_meta(msg: s.Message) -> dict[str, Any] | None:
