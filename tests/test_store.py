@@ -22,7 +22,8 @@ from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord, open_sto
 from bridge.store.base import CUT_META_KEY, CUT_TURN_ERROR
 from bridge.store.memory import MemoryStore
 from bridge.store.owners import OWNERS_DIRNAME
-from bridge.store.sqlite import _MIGRATIONS, DB_FILENAME, SCHEMA_VERSION, SqliteStore
+from bridge.store.sqlite import DB_FILENAME, SCHEMA_VERSION, SqliteStore
+from bridge.store.sqlite_schema import _MIGRATIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -339,13 +340,13 @@ async def test_sqlite_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     import bridge.store.sqlite as sqlite_module
 
     batches: list[int] = []
-    run_batch = sqlite_module._run_batch
+    run_batch = sqlite_module.run_batch
 
     def counting(conn: sqlite3.Connection, ops: list[Any]) -> None:
         batches.append(len(ops))
         run_batch(conn, ops)
 
-    monkeypatch.setattr(sqlite_module, "_run_batch", counting)
+    monkeypatch.setattr(sqlite_module, "run_batch", counting)
     store = SqliteStore(str(tmp_path / "state"))
     await store.open()
     try:
