@@ -31,6 +31,7 @@ EX_OSERR); a configuration error is found before this runs (78, in bridge/cli.py
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -300,6 +301,13 @@ class _Service:
             task_status.started(bound)
             nursery.start_soon(self.notifier.watchdog)
             nursery.start_soon(status.run, 5.0)
+            retention_days = self.config.store.retention_days
+            if retention_days is not None:  # old sessions deleted, never one the daemon holds live
+                from bridge.store.retention import prune_on_schedule
+
+                nursery.start_soon(functools.partial(
+                    prune_on_schedule, manager.store, retention_days * 86400, keep=lambda sid: manager.live(sid) is not None
+                ))  # fmt: skip
             await self.stop.wait()
             await _stop_gracefully(self.config, manager, self.notifier, acp_front, hc, http_stop, http_done)
             if not http_done.is_set():

@@ -113,6 +113,8 @@ async def test_a_store_of_the_release_before_is_converted_in_place(tmp_path: Pat
         assert end.first_seq == 31 and decode_events(end.blob) == [
             TurnEnded(seq=31, turn_id=CUT_TURN, stop_reason=StopReason.FAILED, error=CUT_TURN_ERROR)
         ]
+        stats = await store.stats()
+        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 3)
     finally:
         await store.close()
 

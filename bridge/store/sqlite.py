@@ -18,6 +18,7 @@ bridge/store/sqlite_rows.py, operators' work (stats, prune, VACUUM) in sqlite_op
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import sqlite3
 import threading
@@ -26,12 +27,13 @@ from typing import Any, TypeVar
 
 import trio
 
-from bridge.errors import InternalError
+from bridge.errors import InternalError, Overloaded
+from bridge.store import sqlite_ops
 from bridge.store.base import (
-    CUT_TASK_STATE, SessionRecord, StoredBatch, TaskPage, TaskRecord, TurnRecord, cut_turn_end,
+    CUT_TASK_STATE, SessionRecord, StoredBatch, StoreStats, TaskPage, TaskRecord, TurnRecord, cut_turn_end,
 )  # fmt: skip
 from bridge.store.owners import claim_owner, release_owner, sweep_owners, take_gone_owner
-from bridge.store.sqlite_conn import DB_FILENAME, Op, connect, run_batch
+from bridge.store.sqlite_conn import DB_FILENAME, Op, connect, is_busy, run_batch
 from bridge.store.sqlite_rows import (
     DROP_STATE, PUT_BATCH, PUT_SESSION, PUT_STATE, PUT_TASK, PUT_TURN, SESSION_COLUMNS, TASK_COLUMNS, TURN_COLUMNS,
     json_text, session_record, session_row, state_rows, task_record, task_row, turn_record, turn_row, with_states,
@@ -123,7 +125,11 @@ class SqliteStore:
                 return
             try:
                 conn = await trio.to_thread.run_sync(connect, self._state_dir, abandon_on_cancel=False)
-            except (sqlite3.Error, OSError) as exc:
+            except sqlite3.Error as exc:
+                if is_busy(exc):
+                    raise Overloaded(f"the store in {self._state_dir} is busy (another process holds it: {exc}); try again") from exc
+                raise InternalError(f"cannot open the store in {self._state_dir}: {exc}") from exc
+            except OSError as exc:
                 raise InternalError(f"cannot open the store in {self._state_dir}: {exc}") from exc
             except InternalError as exc:  # a migration that failed (the file is as it was)
                 raise InternalError(f"cannot open the store in {self._state_dir}: {exc.message}") from exc
@@ -196,14 +202,7 @@ class SqliteStore:
         return await self._run(body, write=False)
 
     async def delete_session(self, session_id: str) -> bool:
-        def body(c: sqlite3.Connection) -> bool:
-            c.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
-            c.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
-            c.execute("DELETE FROM tasks WHERE session_id = ?", (session_id,))
-            c.execute("DELETE FROM front_states WHERE session_id = ?", (session_id,))
-            return c.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
-
-        return await self._run(body)
+        return await self._run(lambda c: sqlite_ops.delete_sessions(c, [session_id]) > 0)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?"
@@ -352,3 +351,18 @@ class SqliteStore:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(sweep_owners, state_dir, me, taken, abandon_on_cancel=False)
 
+    async def stats(self) -> StoreStats:
+        path = os.path.join(self._state_dir, DB_FILENAME)
+        return await self._run(lambda c: sqlite_ops.stats(c, path), write=False)
+
+    async def prunable(
+        self, before_ts: float, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[tuple[float, str]]:
+        return await self._run(lambda c: sqlite_ops.prunable(c, before_ts, limit, after), write=False)
+
+    async def prune(self, session_ids: Sequence[str], *, before_ts: float) -> list[str]:
+        ids = list(session_ids)
+        return await self._run(lambda c: sqlite_ops.prune(c, ids, before_ts)) if ids else []
+
+    async def vacuum(self) -> bool:
+        return await self._run(sqlite_ops.vacuum, bare=True)

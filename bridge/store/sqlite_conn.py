@@ -18,14 +18,20 @@ from typing import Any, TypeVar
 
 import trio
 
-from bridge.store.sqlite_schema import migrate
+from bridge.store.sqlite_schema import SCHEMA_VERSION, migrate
 
-__all__ = ["BUSY_TIMEOUT_MS", "DB_FILENAME", "Op", "connect", "run_batch", "write"]
+__all__ = ["BUSY_TIMEOUT_MS", "DB_FILENAME", "Op", "connect", "is_busy", "run_batch", "write"]
 
 DB_FILENAME = "bridge.sqlite3"
 BUSY_TIMEOUT_MS = 5000
 
 _T = TypeVar("_T")
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether `exc` is another process holding a lock past `busy_timeout`."""
+    return getattr(exc, "sqlite_errorcode", None) in _BUSY
 
 
 def write(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
@@ -60,7 +66,11 @@ def connect(state_dir: str) -> sqlite3.Connection:
         # Survives kill -9: a commit is in the WAL file (OS page cache) before COMMIT returns;
         # only power loss or an OS crash can drop the last commits, never corrupt the file.
         conn.execute("PRAGMA synchronous = NORMAL")
-        write(conn, migrate)
+        # Only a file to migrate takes the write lock at open: a reader (`store stats`)
+        # opens while another process writes. `migrate` reads the version again under
+        # the lock, so two processes opening an old file convert it once.
+        if conn.execute("PRAGMA user_version").fetchone() != (SCHEMA_VERSION,):
+            write(conn, migrate)
     except BaseException:
         conn.close()
         raise
