@@ -167,7 +167,8 @@ class MemoryStore:
         page = rest[:limit]
         more = len(rest) > limit
         return TaskPage(
-            tasks=[_copy(t) for t in page], total=len(matching), next=(page[-1].status_ts, page[-1].task_id) if more else None
+            tasks=[_copy(t) for t in page], total=len(matching),
+            next=(page[-1].status_ts, page[-1].task_id) if more and page else None,
         )
 
     async def close_cut_turns(self) -> list[TurnRecord]:

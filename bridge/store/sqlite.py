@@ -304,7 +304,7 @@ class SqliteStore:
             rows = [task_record(r) for r in c.execute(page_sql, [*page_params, limit + 1]).fetchall()]
             more = len(rows) > limit
             rows = rows[:limit]
-            return TaskPage(tasks=rows, total=total, next=(rows[-1].status_ts, rows[-1].task_id) if more else None)
+            return TaskPage(tasks=rows, total=total, next=(rows[-1].status_ts, rows[-1].task_id) if more and rows else None)
 
         return await self._run(body, write=False)
 

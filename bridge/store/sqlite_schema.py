@@ -68,7 +68,7 @@ _MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] 
         "ALTER TABLE turns ADD COLUMN stream_seq INTEGER",
         "DROP INDEX turns_by_session",
         "CREATE INDEX turns_by_session ON turns (session_id, first_seq)",
-        "CREATE INDEX turns_by_stream ON turns (session_id, stream_seq) WHERE stream_seq IS NOT NULL",
+        "CREATE INDEX turns_by_stream ON turns (session_id, stream_seq, first_seq) WHERE stream_seq IS NOT NULL",
         "ALTER TABLE sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE sessions ADD COLUMN last_stop TEXT",
         "ALTER TABLE sessions ADD COLUMN last_cut INTEGER NOT NULL DEFAULT 0",
