@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import trio
 
 from bridge.config import Config, listen_address
+from bridge.errors import BridgeError, ConfigError
 from bridge.session import SessionManager
 from bridge.systemd import ActivatedSocket, Notifier, listen_fds
 
@@ -54,6 +55,7 @@ EX_OSERR = 71
 
 
 EX_SOFTWARE = 70  # sysexits.h: an internal error (a front that fails to register)
+EX_CONFIG = 78  # the store is of a newer schema than this release
 
 
 class StartError(Exception):
@@ -182,9 +184,14 @@ async def run_service(
         if failed is not None:
             raise failed from None  # already logged where it happened
         err = None if svc.started else _leaf(exc, OSError)
-        if err is None:
+        if err is not None:
+            raise StartError(f"cannot start: {err.strerror or err}") from exc
+        # The store could not be opened (busy, not a database, a migration that failed
+        # and left the file as it was, or a newer schema: a configuration error).
+        unopened = None if svc.started else _leaf(exc, BridgeError)
+        if unopened is None:
             raise
-        raise StartError(f"cannot start: {err.strerror or err}") from exc
+        raise StartError(f"cannot start: {unopened.message}", EX_CONFIG if isinstance(unopened, ConfigError) else EX_OSERR) from exc
     finally:
         svc.notifier.close()
         if lock is not None and acp_path is not None:

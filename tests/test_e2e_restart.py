@@ -217,3 +217,28 @@ async def test_a_schema_2_stores_tasks_keep_their_states_and_push_configs(
                 configs = await a2a(h, "ListTaskPushNotificationConfigs", {"taskId": A2A_TASKS[2]})
                 assert [(c["id"], c["url"]) for c in configs["configs"]] == [("hook-1", "http://127.0.0.1:9/hook")], configs
                 assert "fixture-secret" not in json.dumps(configs)
+
+
+async def test_a_store_that_cannot_be_opened_stops_the_start_with_a_clear_line(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """Not a database: 71; a newer schema (a downgrade): 78, the file untouched; never a traceback."""
+    config = tmp_path / "daemon.toml"
+    config.write_text('[server]\nlisten = "127.0.0.1:0"\n[daemon]\nacp_socket = false\n[routes.demo]\nback = { kind = "demo" }\n')
+    db = tmp_path / "state" / "bridge.sqlite3"
+    newer = sqlite3.connect(tmp_path / "newer.sqlite3")
+    newer.execute("PRAGMA user_version = 99")
+    newer.close()
+    for content, status, why in [
+        (b"not a database" * 512, 71, "cannot start: cannot open the store in"),
+        ((tmp_path / "newer.sqlite3").read_bytes(), 78, "schema version 99 is newer than this agent-bridge"),
+    ]:
+        db.write_bytes(content)
+        with trio.fail_after(30):
+            proc = await trio.run_process(
+                [*bridge_exe, "serve", "--config", str(config), "--state-dir", str(tmp_path / "state")],
+                env=clean_env, capture_stderr=True, capture_stdout=True, check=False,
+            )  # fmt: skip
+        err = proc.stderr.decode()
+        assert proc.returncode == status and why in err, err
+        assert "Traceback" not in err and db.read_bytes() == content

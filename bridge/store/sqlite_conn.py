@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from bridge.store.sqlite_schema import SCHEMA_VERSION, migrate
+from bridge.store.sqlite_schema import SCHEMA_VERSION, check_version, migrate
 
 __all__ = ["BUSY_TIMEOUT_MS", "DB_FILENAME", "Op", "connect", "is_busy", "run_batch", "write"]
 
@@ -62,6 +62,8 @@ def connect(state_dir: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        check_version(version)  # before anything is written, the journal mode included
         _set_wal(conn)
         # Survives kill -9: a commit is in the WAL file (OS page cache) before COMMIT returns;
         # only power loss or an OS crash can drop the last commits, never corrupt the file.
@@ -69,7 +71,7 @@ def connect(state_dir: str) -> sqlite3.Connection:
         # Only a file to migrate takes the write lock at open: a reader (`store stats`)
         # opens while another process writes. `migrate` reads the version again under
         # the lock, so two processes opening an old file convert it once.
-        if conn.execute("PRAGMA user_version").fetchone() != (SCHEMA_VERSION,):
+        if version != SCHEMA_VERSION:
             write(conn, migrate)
     except BaseException:
         conn.close()

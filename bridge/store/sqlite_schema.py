@@ -16,7 +16,7 @@ from collections.abc import Callable
 from bridge.errors import ConfigError, InternalError
 from bridge.store.split_meta import split_meta
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["SCHEMA_VERSION", "check_version", "migrate"]
 
 _MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (
     # 0 -> 1: the first schema.
@@ -100,11 +100,16 @@ _MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
+def check_version(version: int) -> None:
+    """A file of a newer release is left alone: a configuration error (a downgrade)."""
+    if version > SCHEMA_VERSION:
+        raise ConfigError([f"state: schema version {version} is newer than this agent-bridge ({SCHEMA_VERSION})"])
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Bring the database to `SCHEMA_VERSION`, inside the caller's transaction."""
     (version,) = conn.execute("PRAGMA user_version").fetchone()
-    if version > SCHEMA_VERSION:
-        raise ConfigError([f"state: schema version {version} is newer than this agent-bridge ({SCHEMA_VERSION})"])
+    check_version(version)
     for n, step in enumerate(_MIGRATIONS[version:], start=version):
         for statement in step:
             if not callable(statement):
