@@ -79,6 +79,9 @@ def _with_store(state_dir: str, work: Callable[[Any], Awaitable[int]]) -> None:
 
     try:
         sys.exit(trio.run(run))
+    except BrokenPipeError:  # `store export ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(EX_FAILED)
     except Overloaded as exc:
         _fail(exc.message, EX_TEMPFAIL)
     except BridgeError as exc:
