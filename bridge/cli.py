@@ -16,6 +16,7 @@ import click
 
 from bridge import __version__
 from bridge.errors import ConfigError
+from bridge.store_cli import store_commands
 
 __all__ = ["main"]
 
@@ -356,6 +357,9 @@ class _CtrlC:
                 self.pressed = max(self.pressed, 2)
                 everything.cancel()
                 return
+
+
+main.add_command(store_commands([config_option, state_option], _load, _state_dir))
 
 
 @main.command("check-config")

@@ -224,6 +224,10 @@ class DaemonConfig(ConfigStruct):
 class StoreConfig(ConfigStruct):
     state_dir: str | None = None  # default: $XDG_STATE_HOME/agent-bridge
     flush_interval_s: PositiveSeconds = 0.05
+    # The daemon deletes sessions nobody updated for this many days (never one with a
+    # turn open or live in the daemon), about hourly, in small chunks (bridge/store/retention.py);
+    # also what `agent-bridge store prune` uses without --older-than. None: kept forever.
+    retention_days: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
 

@@ -31,6 +31,7 @@ EX_OSERR); a configuration error is found before this runs (78, in bridge/cli.py
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -42,6 +43,7 @@ from typing import Any, TypeVar
 import trio
 
 from bridge.config import Config, listen_address
+from bridge.errors import BridgeError, ConfigError
 from bridge.session import SessionManager
 from bridge.systemd import ActivatedSocket, Notifier, listen_fds
 
@@ -53,6 +55,7 @@ EX_OSERR = 71
 
 
 EX_SOFTWARE = 70  # sysexits.h: an internal error (a front that fails to register)
+EX_CONFIG = 78  # the store is of a newer schema than this release
 
 
 class StartError(Exception):
@@ -181,9 +184,14 @@ async def run_service(
         if failed is not None:
             raise failed from None  # already logged where it happened
         err = None if svc.started else _leaf(exc, OSError)
-        if err is None:
+        if err is not None:
+            raise StartError(f"cannot start: {err.strerror or err}") from exc
+        # The store could not be opened (busy, not a database, a migration that failed
+        # and left the file as it was, or a newer schema: a configuration error).
+        unopened = None if svc.started else _leaf(exc, BridgeError)
+        if unopened is None:
             raise
-        raise StartError(f"cannot start: {err.strerror or err}") from exc
+        raise StartError(f"cannot start: {unopened.message}", EX_CONFIG if isinstance(unopened, ConfigError) else EX_OSERR) from exc
     finally:
         svc.notifier.close()
         if lock is not None and acp_path is not None:
@@ -300,6 +308,13 @@ class _Service:
             task_status.started(bound)
             nursery.start_soon(self.notifier.watchdog)
             nursery.start_soon(status.run, 5.0)
+            retention_days = self.config.store.retention_days
+            if retention_days is not None:  # old sessions deleted, never one the daemon holds live
+                from bridge.store.retention import prune_on_schedule
+
+                nursery.start_soon(functools.partial(
+                    prune_on_schedule, manager.store, retention_days * 86400, keep=lambda sid: manager.live(sid) is not None
+                ))  # fmt: skip
             await self.stop.wait()
             await _stop_gracefully(self.config, manager, self.notifier, acp_front, hc, http_stop, http_done)
             if not http_done.is_set():

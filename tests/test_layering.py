@@ -69,7 +69,9 @@ IO_MODULES = frozenset(
 SANS_IO = ("core", "schema", "codecs")
 
 # The app modules at the top of `bridge/`: they wire the layers below together.
-APP_MODULES = frozenset({"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd"})
+APP_MODULES = frozenset(
+    {"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli"}
+)
 PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "transport", "prompts", "backs", "session", "fronts"})
 
 _BELOW_BACKS = frozenset({"prompts", "transport", "store", "codecs", "schema", "core", "config", "registry"})

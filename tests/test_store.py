@@ -22,31 +22,17 @@ from bridge.store import SessionRecord, Store, StoredBatch, TurnRecord, open_sto
 from bridge.store.base import CUT_META_KEY, CUT_TURN_ERROR
 from bridge.store.memory import MemoryStore
 from bridge.store.owners import OWNERS_DIRNAME
-from bridge.store.sqlite import _MIGRATIONS, DB_FILENAME, SCHEMA_VERSION, SqliteStore
+from bridge.store.sqlite import DB_FILENAME, SCHEMA_VERSION, SqliteStore
+from bridge.store.sqlite_schema import _MIGRATIONS
+from tests.store_support import STORE_KINDS, batch, opened, session, turn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def session(sid: str, *, route: str = "claude", cwd: str = "/w", updated_at: float = 1.0, **kw: Any) -> SessionRecord:
-    return SessionRecord(session_id=sid, route=route, cwd=cwd, created_at=0.5, updated_at=updated_at, **kw)
-
-
-def turn(tid: str, sid: str = "s1", *, started_at: float = 1.0, first_seq: int = 1, **kw: Any) -> TurnRecord:
-    return TurnRecord(turn_id=tid, session_id=sid, started_at=started_at, first_seq=first_seq, **kw)
-
-
-def batch(first: int, last: int) -> StoredBatch:
-    return StoredBatch(first_seq=first, last_seq=last, blob=f"[{first}..{last}]\x00\xff".encode("latin-1"))
-
-
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=STORE_KINDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = MemoryStore() if request.param == "memory" else SqliteStore(str(tmp_path / "state"))
-    await s.open()
-    try:
+    async with opened(request.param, tmp_path) as s:
         yield s
-    finally:
-        await s.close()
 
 
 # -- sessions ------------------------------------------------------------------------
@@ -339,13 +325,13 @@ async def test_sqlite_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     import bridge.store.sqlite as sqlite_module
 
     batches: list[int] = []
-    run_batch = sqlite_module._run_batch
+    run_batch = sqlite_module.run_batch
 
     def counting(conn: sqlite3.Connection, ops: list[Any]) -> None:
         batches.append(len(ops))
         run_batch(conn, ops)
 
-    monkeypatch.setattr(sqlite_module, "_run_batch", counting)
+    monkeypatch.setattr(sqlite_module, "run_batch", counting)
     store = SqliteStore(str(tmp_path / "state"))
     await store.open()
     try:

@@ -4,9 +4,9 @@
 daemon (stdlib sqlite3 in WAL mode, called through `trio.to_thread`).
 """
 
-from bridge.store.base import SessionRecord, Store, StoredBatch, TaskPage, TaskRecord, TurnRecord
+from bridge.store.base import SessionRecord, Store, StoreStats, StoredBatch, TaskPage, TaskRecord, TurnRecord
 
-__all__ = ["SessionRecord", "Store", "StoredBatch", "TaskPage", "TaskRecord", "TurnRecord", "open_store"]
+__all__ = ["SessionRecord", "Store", "StoreStats", "StoredBatch", "TaskPage", "TaskRecord", "TurnRecord", "open_store"]
 
 
 def open_store(state_dir: str | None) -> Store:

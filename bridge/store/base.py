@@ -18,6 +18,11 @@ in the store.
 
 Every method is async because the SQLite implementation runs in a thread of its own.
 
+Operators' calls (`agent-bridge store`, bridge/store_cli.py, and the daemon's retention,
+bridge/store/retention.py): `stats` counts without reading a blob; `prunable` and
+`prune` find and delete old sessions in bounded chunks, never one with an open turn;
+`vacuum` gives free pages back to the file system.
+
 A turn cut short (the process running it was killed: `kill -9`, OOM, power) has a
 record with no end and an event log with no `TurnEnded`. `close_cut_turns` ends it
 in the store as a live end would (`cut_turn_end`): the record gets `failed` with
@@ -42,6 +47,7 @@ __all__ = [
     "CUT_TURN_ERROR",
     "SessionRecord",
     "Store",
+    "StoreStats",
     "StoredBatch",
     "TaskPage",
     "TaskRecord",
@@ -145,6 +151,21 @@ class TaskPage(msgspec.Struct, kw_only=True, frozen=True):
     next: tuple[float, str] | None = None
 
 
+class StoreStats(msgspec.Struct, kw_only=True, frozen=True):
+    """What a store holds (`agent-bridge store stats`)."""
+
+    sessions: int
+    turns: int
+    open_turns: int  # running now, or cut short and not closed yet
+    events: int
+    batches: int  # stored blobs holding the events
+    tasks: int
+    schema_version: int | None = None  # None: not a file (MemoryStore)
+    file_bytes: int = 0  # the database file
+    wal_bytes: int = 0  # its write-ahead log
+    free_bytes: int = 0  # free pages inside the file: what `vacuum` gives back
+
+
 class StoredBatch(msgspec.Struct, kw_only=True, frozen=True):
     first_seq: int
     last_seq: int
@@ -236,3 +257,24 @@ class Store(Protocol):
         each with its session record and `TurnEnded` batch in one transaction, and its
         task (if a task's latest turn) in `CUT_TASK_STATE`; returns the closed records.
         Called once at start-up, before any session runs."""
+
+    async def stats(self) -> StoreStats:
+        """Counts and sizes, read from indexes and the session rows (no event is read)."""
+
+    async def prunable(
+        self, before_ts: float, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[tuple[float, str]]:
+        """(updated_at, session_id) of the sessions last updated before `before_ts` with
+        no open turn, oldest first (ties: session_id descending), starting after `after`
+        (the last pair of the page before), at most `limit`."""
+
+    async def prune(self, session_ids: Sequence[str], *, before_ts: float) -> list[str]:
+        """Delete, in one transaction, each of `session_ids` that is still last updated
+        before `before_ts` with no open turn, with its turns, tasks, states and events;
+        returns the ids deleted. A caller bounds the transaction by the ids it gives."""
+
+    async def vacuum(self) -> bool:
+        """Give the store's free space back to the file system (SQLite `VACUUM`, then its
+        write-ahead log truncated); False when the log could not be truncated yet (another
+        process is reading). `Overloaded` when another process holds the write lock past
+        the busy timeout."""

@@ -16,7 +16,9 @@ from typing import TypeVar
 import msgspec
 
 from bridge.errors import InternalError
-from bridge.store.base import CUT_TASK_STATE, SessionRecord, StoredBatch, TaskPage, TaskRecord, TurnRecord, cut_turn_end
+from bridge.store.base import (
+    CUT_TASK_STATE, SessionRecord, StoredBatch, StoreStats, TaskPage, TaskRecord, TurnRecord, cut_turn_end,
+)  # fmt: skip
 
 __all__ = ["MemoryStore"]
 
@@ -165,7 +167,8 @@ class MemoryStore:
         page = rest[:limit]
         more = len(rest) > limit
         return TaskPage(
-            tasks=[_copy(t) for t in page], total=len(matching), next=(page[-1].status_ts, page[-1].task_id) if more else None
+            tasks=[_copy(t) for t in page], total=len(matching),
+            next=(page[-1].status_ts, page[-1].task_id) if more and page else None,
         )
 
     async def close_cut_turns(self) -> list[TurnRecord]:
@@ -185,3 +188,40 @@ class MemoryStore:
                     task.state, task.status_ts = CUT_TASK_STATE, record.ended_at or task.status_ts
             closed.append(_copy(record))
         return closed
+
+    async def stats(self) -> StoreStats:
+        return StoreStats(
+            sessions=len(self._sessions), turns=len(self._turns),
+            open_turns=sum(1 for t in self._turns.values() if t.ended_at is None),
+            events=sum(s.last_seq for s in self._sessions.values()),
+            batches=sum(len(b) for b in self._batches.values()), tasks=len(self._tasks),
+        )  # fmt: skip
+
+    def _prunable(self, session_id: str, before_ts: float) -> bool:
+        session = self._sessions.get(session_id)
+        return (
+            session is not None and session.updated_at < before_ts
+            and not any(t.session_id == session_id and t.ended_at is None for t in self._turns.values())
+        )  # fmt: skip
+
+    async def prunable(
+        self, before_ts: float, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[tuple[float, str]]:
+        # Oldest first, ties by session_id descending (as the SQLite index gives them).
+        found = sorted(
+            ((s.updated_at, s.session_id) for s in self._sessions.values() if self._prunable(s.session_id, before_ts)),
+            key=lambda pair: pair[1], reverse=True,
+        )  # fmt: skip
+        found.sort(key=lambda pair: pair[0])  # stable: ties keep the id order
+        if after is not None:
+            found = [p for p in found if p[0] > after[0] or (p[0] == after[0] and p[1] < after[1])]
+        return found[:limit]
+
+    async def prune(self, session_ids: Sequence[str], *, before_ts: float) -> list[str]:
+        gone = [sid for sid in dict.fromkeys(session_ids) if self._prunable(sid, before_ts)]
+        for sid in gone:
+            await self.delete_session(sid)
+        return gone
+
+    async def vacuum(self) -> bool:
+        return True
