@@ -198,11 +198,6 @@ async def test_a_schema_2_store_is_served_after_the_upgrade_and_looked_after_bes
             assert "Traceback" not in d.log_text(), d.log_text()[-4000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="passes once the A2A front reads task rows (issue 16, the A2A front's branch): until then it reads task "
-    "states and push configs from the A2A front state, from which the migration moved them to task rows",
-)
 async def test_a_schema_2_stores_tasks_keep_their_states_and_push_configs(
     bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]
 ) -> None:
