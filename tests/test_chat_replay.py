@@ -36,6 +36,7 @@ from bridge.errors import BackError, NotFound
 from bridge.fronts.chat import replay, rest
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.config import WsFrontConfig
+from bridge.fronts.chat.runs import keep_run, run_of
 from bridge.fronts.chat.state import ChatSessionState
 from bridge.fronts.chat.streams import ChatStreams, TextFrame
 from bridge.schema.chat import RunOptions
@@ -193,7 +194,9 @@ def run_options(headless: str | None) -> RunOptions | None:
 
 
 async def store_old_part(store: MemoryStore, sid: str, runs: list[dict[str, Any]]) -> None:
-    """Runs as a session nobody watched (or an older release) left them: no checkpoints."""
+    """Runs as a session nobody watched (or an older release) left them: no checkpoints;
+    headless runs' options with their turns, or (every other one) in the chat state, as
+    stores written before keep them."""
     events: list[ev.Event] = []
     turns: list[TurnRecord] = []
     options: dict[str, RunOptions] = {}
@@ -215,7 +218,10 @@ async def store_old_part(store: MemoryStore, sid: str, runs: list[dict[str, Any]
             last_seq=len(events) if ended else None, stop_reason=stop.value if ended else None, meta=meta,
         ))  # fmt: skip
         if (o := run_options(run["headless"])) is not None:
-            options[tid] = o
+            if i % 2:
+                keep_run(turns[-1], o)
+            else:
+                options[tid] = o
         t += 2
     for seq, event in enumerate(events, 1):
         event.seq = seq
@@ -254,10 +260,13 @@ class Reference:
         sid = self.session.id
         state = self.session.front_state(ChatSessionState)
         self.turns = await self.manager.store.list_turns(sid)
+        # Old runs' options in the state (as stores written before keep them), new ones
+        # with their turns.
+        runs = {**state.chat_runs, **{t.turn_id: o for t in self.turns if (o := run_of(t.meta)) is not None}}
         self.checkpoints: dict[str, int] = {}
         projector = ChatProjector(
             sid,
-            run_options=state.chat_runs.get,
+            run_options=runs.get,
             turn_times={t.turn_id: (t.started_at, t.ended_at) for t in self.turns},
             block_max_chars=WS.block_max_chars,
             keep_transcript=True,
@@ -287,7 +296,7 @@ async def check_session(old: list[dict[str, Any]], live_runs: list[dict[str, Any
                 await streams.watch(session, watcher, None)
             turn = session.start_turn([TextContent(text=f"live {i}")])
             if (o := run_options(run["headless"])) is not None:
-                session.front_state(ChatSessionState).chat_runs[turn.turn_id] = o
+                keep_run(turn.record, o)  # as `chat:send` does
             await turn.wait()
             streams.unwatch(sid, watcher)
             assert not watcher.gone

@@ -705,6 +705,11 @@ async def test_a_run_survives_a_daemon_restart_in_the_transcript(
             sid = await d.session()
             async with d.ws() as c:
                 frames = await c.run(sid, "tool: remember me")
+                # A headless run whose output fails its schema: its options and check
+                # are kept with its turn, and read back from there after the restart.
+                frames += await c.run(sid, '{"city": 3}', headless=True, output_schema=SCHEMA)
+                ends = [f["data"] for f in frames if f["event"] == "chat:end"]
+                assert ends[-1]["finish_reason"] == "output_schema" and ends[-1]["result"]["schema"] == SCHEMA
         async with serve(bridge_exe, tmp_path, env) as d:
             async with d.http() as h:
                 turns = (await h.get(f"/api/sessions/{sid}/messages")).json()
@@ -713,6 +718,7 @@ async def test_a_run_survives_a_daemon_restart_in_the_transcript(
                 await c.subscribe(sid, after=0)
                 replay = [f for f in c.frames if f["event"] != "session:subscribed"]
                 assert sequences(replay) == sequences(frames)
+                assert [f["data"] for f in replay if f["event"] == "chat:end"] == ends
                 assert (await c.run(sid, "and again"))[0]["data"]["sequence"] == sequences(frames)[-1] + 1
 
 

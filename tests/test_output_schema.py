@@ -4,8 +4,9 @@ Issue 13, finding 4: `{"type": "string", "pattern": "^(a+)+$"}` against 27 `a`s 
 `!` held the event loop ~5 s (Python's backtracking `re`, doubling per character), and
 every history read and replay ran it again. Patterns now run on RE2 (linear time), a
 pattern RE2 cannot run is refused when the schema is given, and the outcome is stored
-with the run. RE2 being linear, "instantly" is asserted by the answer for inputs whose
-backtracking time would be astronomically long, not by a clock.
+with the run (tested in tests/test_chat_runs.py). RE2 being linear, "instantly" is
+asserted by the answer for inputs whose backtracking time would be astronomically
+long, not by a clock.
 """
 
 from __future__ import annotations
@@ -13,18 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import msgspec
 import pytest
 
-from bridge.codecs import chat_schema
 from bridge.codecs.chat_parts import check_output_schema, headless_result
-from bridge.fronts.chat.config import WsFrontConfig
-from bridge.core import events as ev
-from bridge.core.content import TextContent
 from bridge.errors import InvalidParams
-from bridge.fronts.chat.state import ChatSessionState
-from bridge.fronts.chat.streams import ChatStreams
-from bridge.session.state import decode_front_state, encode_front_state
 from bridge.schema.chat import RunOptions
 
 EVIL = "^(a+)+$"
@@ -90,59 +83,6 @@ def test_a_stored_schema_re2_cannot_run_is_refused_never_run() -> None:
     # A schema stored before this check: the output check says why, Python's re never runs.
     ok, got = headless_result('"aaa"', RunOptions(output_schema={"type": "string", "pattern": "(a)\\1"}))
     assert not ok and got["error"].startswith("output_schema cannot be used: $.output_schema.pattern: pattern")
-
-
-RUNS_KEY = "chat_runs"  # where the chat front keeps headless runs (bridge/fronts/chat/state.py)
-CHAT = ChatSessionState.key
-
-
-def _run_log() -> list[ev.Event]:
-    return [
-        ev.TurnStarted(turn_id="t1", prompt=[TextContent(text="give me JSON")]),
-        ev.MessageChunk(content=TextContent(text=json.dumps({"city": "a" * 40 + "!"}))),
-        ev.TurnEnded(turn_id="t1", stop_reason=ev.StopReason.END_TURN),
-    ]
-
-
-def _chat_end(streams: ChatStreams, states: dict[str, Any], *, live: bool) -> dict[str, Any]:
-    state = decode_front_state(states, ChatSessionState)  # as a session decodes its record
-    projector = streams.projector("s1", state, live=live)
-    frames = [f for e in _run_log() for f in projector.feed(e)]
-    states[CHAT] = encode_front_state(state)[0]  # as the session writes its record
-    ends = [f["data"] for f in (json.loads(data) for _seq, data in frames) if f["event"] == "chat:end"]
-    assert len(ends) == 1
-    return ends[0]
-
-
-def test_the_outcome_is_stored_with_the_run_and_replays_do_not_validate_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[dict[str, Any]] = []
-    validator = chat_schema._validator
-
-    def counted(schema: dict[str, Any]) -> Any:
-        calls.append(schema)
-        return validator(schema)
-
-    monkeypatch.setattr(chat_schema, "_validator", counted)
-    schema = {"type": "object", "properties": {"city": {"type": "string", "pattern": "^(a+)+$"}}}
-    states: dict[str, Any] = {CHAT: {RUNS_KEY: {"t1": msgspec.to_builtins(RunOptions(headless=True, output_schema=schema))}}}
-    streams = ChatStreams(WsFrontConfig(), None)  # type: ignore[arg-type]
-
-    live = _chat_end(streams, states, live=True)
-    assert live["status"] == "failed" and live["finish_reason"] == "output_schema"
-    assert len(calls) == 1
-    stored = states[CHAT][RUNS_KEY]["t1"]["check"]
-    assert stored["matched"] is False and "does not match" in stored["error"]
-    # Neither the output (the run's events hold it) nor the schema (its options do) is
-    # stored twice: the session record does not grow by each run's output.
-    assert "output" not in stored and "schema" not in stored
-
-    # The session's state goes to the store as it is; a later read or replay takes the
-    # outcome from there (here, through a round trip of the stored form).
-    kept = msgspec.json.decode(msgspec.json.encode(states))
-    for _ in range(3):
-        replay = _chat_end(streams, kept, live=False)
-        assert {k: replay[k] for k in ("status", "result", "finish_reason")} == {k: live[k] for k in ("status", "result", "finish_reason")}
-    assert len(calls) == 1
 
 
 def _doubling_chain(levels: int) -> dict[str, Any]:

@@ -114,13 +114,6 @@ class Journal:
             state = self._load_front_state(kind)
         return state  # type: ignore[return-value]
 
-    def write_front_state(self, kind: type[FrontState]) -> None:
-        """Encode `kind` into `record.meta` now, for a reader of the record between writes
-        (the chat back reads the chat front's run options there: bridge/backs/chat/server.py)."""
-        state = self._front_states.get(kind)
-        if state is not None and kind not in self._kept_as_stored:
-            self.record.states[kind.key] = encode_front_state(state)[0]
-
     def stage_task(self, task: TaskRecord) -> None:
         """Write `task` (a front's task row, bridge/store/base.py `TaskRecord`) with the
         next flush; a later staging of the same task replaces it."""

@@ -47,18 +47,18 @@ def where(url: str) -> str:
     return f"{u.scheme}://{u.hostname or ''}{':' + str(u.port) if u.port else ''}{u.path}"
 
 
-# `SessionRecord.states["chat"]["chat_runs"][turn_id]`: what our `/ws` front's `chat:send` asked
-# for (headless, output_schema), written before the turn reaches the back
-# (bridge/fronts/chat/state.py, `ChatSessionState.chat_runs`).
-_RUNS_KEY = "chat_runs"
+# `TurnRecord.meta["chat_run"]` of the running turn: what our `/ws` front's `chat:send`
+# asked for (headless, output_schema), set as the turn starts, before it reaches the
+# back (bridge/fronts/chat/runs.py, `RUN_META_KEY`).
+_RUN_KEY = "chat_run"
 
 
 def run_options(host: Any, turn_id: str) -> tuple[bool, dict[str, Any] | None]:
     """(headless, output_schema) a front asked for this turn (Blade `api/chat-flow.md`, headless runs), to pass through."""
-    record = getattr(host, "record", None)
-    chat = record.states.get("chat") if record is not None else None
-    runs = chat.get(_RUNS_KEY) if isinstance(chat, dict) else None
-    run = runs.get(turn_id) if isinstance(runs, dict) else None
+    turn = getattr(host, "turn", None)
+    record = getattr(turn, "record", None) if getattr(turn, "turn_id", None) == turn_id else None
+    meta = getattr(record, "meta", None)
+    run = meta.get(_RUN_KEY) if isinstance(meta, dict) else None
     if not isinstance(run, dict):
         return False, None
     schema = run.get("output_schema")

@@ -16,9 +16,9 @@ So a reader starts at the run holding the position it wants:
 - `origin_of(store, session_id, turn)`: the turn to project from to reach `turn`'s run
   (itself when its checkpoint is stored);
 - `feed_stored(...)`: a projector fed the stored events from a turn's `TurnStarted`,
-  `TURN_PAGE` turn records (their times) and one page of events
-  (`SessionManager.event_pages`) at a time, so memory stays bounded however long the
-  history.
+  `TURN_PAGE` turn records (their times, their headless runs' options) and one page
+  of events (`SessionManager.event_pages`) at a time, so memory stays bounded however
+  long the history.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 
 from bridge.codecs.chat import ChatProjector, Frame
 from bridge.errors import NotFound
+from bridge.fronts.chat.runs import RunBook
 from bridge.session import Session, SessionManager
 from bridge.store import Store, TurnRecord
 
@@ -84,10 +85,12 @@ async def feed_stored(
     live: Session | None = None,
     through_seq: int | None = None,
     sink: Sink | None = None,
+    runs: RunBook | None = None,
 ) -> int:
     """Feed `projector` the stored events from `start`'s `TurnStarted` (None: from the
     first event) through `through_seq` (None: to the end), from `start`'s checkpoint;
-    `sink` gets each page's frames. Returns the last event fed (0: none).
+    `sink` gets each page's frames; `runs` (the projector's run options) is told each
+    page's turn records. Returns the last event fed (0: none).
 
     Each turn crossed whose checkpoint is not stored gets it (`set_stream_seqs`; the
     running turn's on its record too, or its next write would clear it). The projector
@@ -125,6 +128,8 @@ async def feed_stored(
             stored = {t.turn_id: t.stream_seq for t in turns}
             times = {**carried, **{t.turn_id: (t.started_at, t.ended_at) for t in turns}}
             projector.turn_times = times
+            if runs is not None:
+                runs.note(turns)
             async for page in manager.event_pages(session_id, after, through_seq=through):
                 frames = [f for e in page for f in projector.feed(e)]
                 last = page[-1].seq

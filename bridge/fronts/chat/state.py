@@ -1,4 +1,4 @@
-"""What the chat front keeps with a session: the intent it was made with, and its headless runs.
+"""What the chat front keeps with a session: the intent it was made with.
 
 `ChatSessionState` is stored as `SessionRecord.states["chat"]` (bridge/session/state.py;
 a store of schema 2 kept these keys at the top level of `meta`, and its migration moved
@@ -6,10 +6,10 @@ them, bridge/store/sqlite.py):
 
 - `intent`: the `POST /api/sessions` intent (Blade API docs, api/rest.md; shown by
   `GET /api/sessions/{id}`).
-- `chat_runs`: turn id → the `RunOptions` a headless `chat:send` asked for (Blade API docs,
-  api/chat-flow.md, headless and `output_schema`), with the output check's outcome once
-  the run ended. The chat back reads it from the record's `states["chat"]` to pass the request on
-  (bridge/backs/chat/server.py `run_options`), so `ws.py` writes it into the record at once.
+- `chat_runs`: read only, for stores written before: turn id → the `RunOptions` a
+  headless `chat:send` asked for. A run's options are now kept with its turn
+  (bridge/fronts/chat/runs.py), so this state no longer grows with every headless run;
+  nothing adds to it.
 """
 
 from __future__ import annotations
@@ -26,4 +26,4 @@ class ChatSessionState(FrontState):
     key: ClassVar[str] = "chat"
 
     intent: str | None = None
-    chat_runs: dict[str, RunOptions] = {}
+    chat_runs: dict[str, RunOptions] = {}  # read only (see above)

@@ -4,12 +4,13 @@
 first watcher of a session creates its `_Stream`: a session subscriber that runs a
 `ChatProjector` (caught up from the stored log: from the checkpoint of its last run,
 bridge/fronts/chat/replay.py) and encodes each frame once for all watchers. As a run
-starts, the stream notes the run's checkpoint on the turn's record (`stream_seq`). A
-watcher that asks for `after_sequence` is replayed by re-deriving the frames from the
-log, from the run holding that position (the frames are a pure function of it and of
-that run's checkpoint, codecs/chat.py), while the live frames it would have got are
-held; the held frames past the replay are then released, so it sees every frame once,
-in order, with no gap. An `after_sequence` the session has not reached is live from
+starts, the stream notes the run's checkpoint on the turn's record (`stream_seq`); as a
+headless run ends, its output check (bridge/fronts/chat/runs.py). A watcher that asks
+for `after_sequence` is replayed by re-deriving the frames from the log, from the run
+holding that position (the frames are a pure function of it and of that run's
+checkpoint, codecs/chat.py), while the live frames it would have got are held; the
+held frames past the replay are then released, so it sees every frame once, in order,
+with no gap. An `after_sequence` the session has not reached is live from
 where it is (`session:subscribed` says where); one whose frames are no longer stored is
 refused (NotFound). A stream lives while someone watches; with no watcher a session
 costs nothing here.
@@ -27,7 +28,6 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import trio
@@ -37,9 +37,9 @@ from bridge.fronts.chat.config import WsFrontConfig
 from bridge.core.events import CommandsAvailable, Event, TurnEnded
 from bridge.errors import NotFound
 from bridge.fronts.chat.replay import feed_stored, origin, origin_of
-from bridge.fronts.chat.state import ChatSessionState
-from bridge.schema.chat import RunOptions, TurnProjection
-from bridge.session import Session, SessionManager, Turn, decode_front_state
+from bridge.fronts.chat.runs import RunBook
+from bridge.schema.chat import TurnProjection
+from bridge.session import Session, SessionManager, Turn
 
 __all__ = ["ChatStreams", "TextFrame", "Watcher"]
 
@@ -64,22 +64,6 @@ class Watcher(Protocol):
         """Too many frames held for it during a replay: the client is too slow."""
 
 
-def _run_options(state: ChatSessionState) -> Callable[[str], RunOptions | None]:
-    def lookup(turn_id: str) -> RunOptions | None:
-        return state.chat_runs.get(turn_id)  # read when the run ends: a `chat:send` adds to it
-
-    return lookup
-
-
-def _keep_check(state: ChatSessionState) -> Callable[[str, dict[str, Any]], None]:
-    def keep(turn_id: str, check: dict[str, Any]) -> None:
-        run = state.chat_runs.get(turn_id)  # a live session's state: stored with the run's end
-        if run is not None:
-            run.check = check
-
-    return keep
-
-
 class _Stream:
     """A session subscriber that turns its events into chat frames for its watchers."""
 
@@ -88,6 +72,7 @@ class _Stream:
     __slots__ = (
         "session",
         "dead",
+        "runs",
         "projector",
         "watchers",
         "holding",
@@ -104,8 +89,9 @@ class _Stream:
     def __init__(self, streams: ChatStreams, session: Session) -> None:
         self.session = session
         self.dead = False
+        self.runs = RunBook.of_session(session)
         self.projector = streams.projector(
-            session.id, session.front_state(ChatSessionState), live=True, skip_through=math.inf, on_checkpoint=self._checkpoint
+            session.id, self.runs, live=True, skip_through=math.inf, on_checkpoint=self._checkpoint
         )
         self.watchers: dict[Watcher, None] = {}
         self.holding: dict[Watcher, list[TextFrame]] = {}
@@ -124,7 +110,7 @@ class _Stream:
         """Catch up from the checkpoint of the session's last run: its sequence and the
         state of the run in progress are all a live stream needs."""
         start = await origin(manager.store, self.session.id, None)
-        last = await feed_stored(manager, self.session.id, self.projector, start, live=self.session)
+        last = await feed_stored(manager, self.session.id, self.projector, start, live=self.session, runs=self.runs)
         self.projector.skip_through = 0
         pending, self._pending = self._pending or [], None
         for event in pending:
@@ -227,11 +213,11 @@ class ChatStreams:
         self.manager = manager
         self._streams: dict[str, _Stream] = {}
 
-    def projector(self, session_id: str, state: ChatSessionState, *, live: bool, **kw: Any) -> ChatProjector:
+    def projector(self, session_id: str, runs: RunBook, *, live: bool, **kw: Any) -> ChatProjector:
         return ChatProjector(
             session_id,
-            run_options=_run_options(state),
-            keep_check=_keep_check(state),
+            run_options=runs.options,
+            keep_check=runs.keep,
             clock=time.time if live else None,
             block_max_chars=self.cfg.block_max_chars,
             **kw,
@@ -301,13 +287,14 @@ class ChatStreams:
 
     async def _replay(self, session: Session, watcher: Watcher, after: int) -> int:
         start = await origin(self.manager.store, session.id, after)
-        projector = self.projector(session.id, session.front_state(ChatSessionState), live=False, skip_through=after)
+        runs = RunBook.of_session(session)
+        projector = self.projector(session.id, runs, live=False, skip_through=after)
 
         async def sink(frames: list[Frame]) -> None:
             for i in range(0, len(frames), _REPLAY_BATCH):
                 await watcher.replay([(seq, data.decode()) for seq, data in frames[i : i + _REPLAY_BATCH]])
 
-        await feed_stored(self.manager, session.id, projector, start, live=session, sink=sink)
+        await feed_stored(self.manager, session.id, projector, start, live=session, sink=sink, runs=runs)
         return projector.sequence
 
     def unwatch(self, session_id: str, watcher: Watcher) -> None:
@@ -348,13 +335,13 @@ class ChatStreams:
         them ends (the `before` of the next older page), None when this page is the first."""
         live = self.manager.live(session_id)
         if live is not None:
-            state = live.front_state(ChatSessionState)
+            runs = RunBook.of_session(live)
             await live.flush()  # the running turn's record is listed, its events readable
         else:
             record = await self.manager.store.get_session(session_id)
             if record is None:
                 raise NotFound(f"unknown session {session_id!r}")
-            state = decode_front_state(record.states, ChatSessionState)
+            runs = RunBook.of_record(record)
         store = self.manager.store
         turns = await store.list_turns(session_id, before_seq=before, limit=limit + 1, newest_first=True)
         more = len(turns) > limit
@@ -362,7 +349,7 @@ class ChatStreams:
         if not turns:
             return [], 0, None  # nothing before `before`: the first run's checkpoint is 0
         first = turns[0]
-        projector = self.projector(session_id, state, live=False, keep_transcript=True, skip_through=math.inf)
+        projector = self.projector(session_id, runs, live=False, keep_transcript=True, skip_through=math.inf)
         reached = False
 
         def opened(turn_id: str, sequence: int) -> None:
@@ -375,7 +362,7 @@ class ChatStreams:
         after = await store.list_turns(session_id, after_seq=turns[-1].first_seq, limit=1)
         through = after[0].first_seq - 1 if after else None
         start = await origin_of(store, session_id, first)
-        await feed_stored(self.manager, session_id, projector, start, live=live, through_seq=through)
+        await feed_stored(self.manager, session_id, projector, start, live=live, through_seq=through, runs=runs)
         if after:  # the next run's start would close a run whose end was never stored
             projector.end_unended_run()
         return projector.transcript(), projector.sequence, first.first_seq if more else None

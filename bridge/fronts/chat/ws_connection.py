@@ -32,7 +32,7 @@ from bridge.errors import (
     ParseError,
     PeerError,
 )
-from bridge.fronts.chat.state import ChatSessionState
+from bridge.fronts.chat.runs import keep_run
 from bridge.fronts.chat.streams import TextFrame
 from bridge.fronts.chat.ws_send import (
     AsgiSender,
@@ -419,8 +419,8 @@ class WsConnection:
             # Other values are ignored: Blade clients send mode "executing" to every agent (Blade api/chat-flow.md, `chat:send`).
         turn = session.start_turn(content)
         if p.headless or p.output_schema is not None:
-            session.front_state(ChatSessionState).chat_runs[turn.turn_id] = chat.RunOptions(headless=True, output_schema=p.output_schema)
-            session.write_front_state(ChatSessionState)  # the chat back reads it before the next flush
+            # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
+            keep_run(turn.record, chat.RunOptions(headless=True, output_schema=p.output_schema))
 
     def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
         projector = self.front.streams.live_projector(session.id)
