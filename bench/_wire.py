@@ -65,10 +65,22 @@ class Meter:
 Call = Callable[[Meter], Awaitable[int | None]]
 
 
+async def idle(pid: int, *, window: float = 0.05, limit: float = 5.0) -> None:
+    """Wait until `pid` used under 2 % of a CPU over `window` seconds (at most `limit`)."""
+    with trio.move_on_after(limit):
+        while True:
+            before = cpu_ns(pid)
+            await trio.sleep(window)
+            if cpu_spent(before, cpu_ns(pid)) < 0.02 * window:
+                return
+
+
 async def measure(calls: dict[str, tuple[int, Call]], args: argparse.Namespace) -> dict[str, Meter]:
     """Each call (name → (server pid, call)) `args.warmup` times untimed, then
     `args.rounds` times timed; interleaved call by call, so that whatever else the
-    machine does weighs on each of them alike."""
+    machine does weighs on each of them alike. After each call its server is let go
+    idle, so what it does after answering (freeing a large read, closing a session)
+    does not land in the next call's time."""
     meters = {name: Meter(pid) for name, (pid, _) in calls.items()}
     for r in range(args.warmup + args.rounds):
         for name, (pid, call) in calls.items():
@@ -76,6 +88,7 @@ async def measure(calls: dict[str, tuple[int, Call]], args: argparse.Namespace) 
             with trio.fail_after(600):
                 count = await call(meter)
             meters[name].count = count
+            await idle(pid)
     return meters
 
 

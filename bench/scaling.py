@@ -64,8 +64,8 @@ from trio_websocket import open_websocket_url
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import PYTHON, clean_env, median, table  # noqa: E402
 from _wire import (  # noqa: E402
-    A2A_HEADERS, MAX_MESSAGE, AcpLines, Call, Http, Meter, a2a_result, cpu_ns, cpu_spent, dir_mib, frame, measure, rpc,
-    rss_mib, send_body, until_frame,
+    A2A_HEADERS, MAX_MESSAGE, AcpLines, Call, Http, Meter, a2a_result, dir_mib, frame, idle, measure, rpc, rss_mib,
+    send_body, until_frame,
 )  # fmt: skip
 
 GOAL = 1.5
@@ -127,15 +127,9 @@ class Daemon:
         return f"ws://127.0.0.1:{self.port}/ws"
 
     async def settle(self) -> None:
-        """Wait until the daemon is idle (< 1 % CPU over 0.25 s; at most 30 s): after its
-        start it imports the `mcp` SDK in a worker thread (~0.5 s of CPU), and a build
-        leaves sessions to close and batches to flush."""
-        with trio.move_on_after(30):
-            while True:
-                before = cpu_ns(self.pid)
-                await trio.sleep(0.25)
-                if cpu_spent(before, cpu_ns(self.pid)) < 0.0025:
-                    return
+        """Wait until the daemon is idle: after its start it imports the `mcp` SDK in a
+        worker thread (~0.5 s of CPU), and a build leaves sessions to close and batches to flush."""
+        await idle(self.pid, window=0.25, limit=30)
 
     async def built(self, what: str, seconds: float, extra: str = "") -> None:
         print(f"[{self.name}] built {what} in {seconds:.1f} s{extra}; daemon RSS {rss_mib(self.pid):.0f} MiB, "
