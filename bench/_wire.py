@@ -15,7 +15,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import trio
@@ -149,6 +149,15 @@ class Http(_Buffered):
     @classmethod
     async def connect(cls, port: int) -> Http:
         return cls(await trio.open_tcp_stream("127.0.0.1", port), port)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(cls, port: int) -> AsyncIterator[Http]:
+        http = await cls.connect(port)
+        try:
+            yield http
+        finally:
+            await http.aclose()
 
     async def aclose(self) -> None:
         await self.stream.aclose()
