@@ -143,7 +143,7 @@ def importtime_profile(top: int) -> None:
         if m:
             rows.append((int(m.group(1)), int(m.group(2)), len(m.group(3)) // 2, m.group(4).strip()))
     total = sum(r[0] for r in rows)
-    print(f"\nStartup profile of the bridge (python -X importtime -m bridge acp demo, stdin closed; best of 3)")
+    print("\nStartup profile of the bridge (python -X importtime -m bridge acp demo, stdin closed; best of 3)")
     print(f"  process wall time to exit: {wall * 1000:.0f} ms; all imports: {total / 1000:.0f} ms (sum of self times)")
     # Top-level packages: group every import by its first dotted component, self times summed.
     by_pkg: dict[str, int] = defaultdict(int)
