@@ -168,7 +168,7 @@ async def test_headless_runs_leave_the_sessions_stored_state_as_it_was() -> None
                     else:
                         assert end["result"] is None
             turns = {t.turn_id: t for t in await store.list_turns(session.id)}
-    assert len(store.saves) > first + RUNS  # each run was saved at least once
+    assert len(store.saves) >= first + RUNS  # each run was saved at least once (its start and end may share one)
     # The chat state was written once, with the intent, before any run; no save holds
     # more state than the first one did.
     written = [i for i, (keys, _) in enumerate(store.saves) if ChatSessionState.key in keys]
