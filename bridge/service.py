@@ -313,7 +313,8 @@ class _Service:
                 from bridge.store.retention import prune_on_schedule
 
                 nursery.start_soon(functools.partial(
-                    prune_on_schedule, manager.store, retention_days * 86400, keep=lambda sid: manager.live(sid) is not None
+                    prune_on_schedule, manager.store, retention_days * 86400, keep=manager.hold_from_prune,
+                    release=manager.release_pruned,
                 ))  # fmt: skip
             await self.stop.wait()
             await _stop_gracefully(self.config, manager, self.notifier, acp_front, hc, http_stop, http_done)

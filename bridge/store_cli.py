@@ -132,7 +132,8 @@ def store_commands(
     @common
     def vacuum(config_path: str | None, state_dir: str | None) -> None:
         """Rewrite the store without its free pages (SQLite VACUUM) and truncate its
-        write-ahead log; safe beside a running daemon (it waits for the write lock)."""
+        write-ahead log. It holds the write lock for the whole rewrite: beside a busy
+        daemon, run it when the daemon is stopped or quiet."""
         where = state_dir_of(load(config_path), state_dir)
 
         async def work(s: Any) -> int:

@@ -74,7 +74,7 @@ class Journal:
 
     def _changed_states(self) -> list[str]:
         """Encode every front state into `record.states`; the keys whose JSON changed
-        since they were stored (marked stored here: a failed save closes the session)."""
+        since they were stored (marked stored here; a failed save unmarks them: `_unstore`)."""
         changed: list[str] = []
         for kind, state in self._front_states.items():
             if kind in self._kept_as_stored:
@@ -142,8 +142,27 @@ class Journal:
                 self.record.updated_at = time.time()
                 self.record.last_seq = batch[-1].seq
                 stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
-            with trio.CancelScope(shield=True):
-                await self.manager.store.save(self.record, turns=turns, batch=stored, tasks=tasks, states=states)
+            try:
+                with trio.CancelScope(shield=True):
+                    await self.manager.store.save(self.record, turns=turns, batch=stored, tasks=tasks, states=states)
+            except BaseException:
+                self._unstore(batch, turns, tasks, states)
+                raise
+
+    def _unstore(self, batch: list[Event], turns: list[TurnRecord], tasks: list[TaskRecord], states: list[str]) -> None:
+        """A save failed (its transaction wrote nothing): what it carried is pending again,
+        before what came meanwhile, so the next flush writes it (or the session closes,
+        `flush_or_close`) and nothing is dropped while the session goes on."""
+        if batch:
+            self._pending[:0] = batch
+        for turn in turns:
+            self._unsaved_turns.setdefault(turn.turn_id, turn)  # a newer record staged meanwhile wins
+        for task in tasks:
+            self._unsaved_tasks.setdefault(task.task_id, task)
+        for key in states:
+            self._stored_states.pop(key, None)  # written again next time
+        if (self._pending or self._unsaved_turns or self._unsaved_tasks) and not self._closed.is_set():
+            self.manager.flusher.dirty(self)  # retried once more; a session it closed is not
 
     async def flush_or_close(self) -> None:
         """`flush`, inside this session's boundary: events the store cannot take (its

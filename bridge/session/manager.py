@@ -80,6 +80,11 @@ class SessionManager:
         self.before_close: list[Callable[[], Awaitable[None]]] = []
         self.aborted = False
         self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
+        # Sessions `get` is reading from the store (how many readers), and those retention
+        # is deleting (`hold_from_prune`): one is never loaded while the other runs.
+        self._opening: dict[str, int] = {}
+        self._pruning: set[str] = set()
+        self._pruned = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # Turns a killed process left running end now, before any session can load
@@ -198,15 +203,27 @@ class SessionManager:
         live = self._live.get(session_id)
         if live is not None:
             return live
-        record = await self.store.get_session(session_id)
-        if record is None:
-            raise NotFound(f"unknown session {session_id!r}")
-        if record.route not in self.config.routes:
-            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
-        live = self._live.get(session_id)  # another task may have started it meanwhile
+        while session_id in self._pruning:  # retention is deleting it: gone, or kept, in a moment
+            await self._pruned.wait()
+        live = self._live.get(session_id)
         if live is not None:
             return live
-        return await self._start(record, self.back_for(record.route))
+        self._opening[session_id] = self._opening.get(session_id, 0) + 1
+        try:  # until it is live: retention keeps it (`hold_from_prune`)
+            record = await self.store.get_session(session_id)
+            if record is None:
+                raise NotFound(f"unknown session {session_id!r}")
+            if record.route not in self.config.routes:
+                raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+            live = self._live.get(session_id)  # another task may have started it meanwhile
+            if live is not None:
+                return live
+            return await self._start(record, self.back_for(record.route))
+        finally:
+            if self._opening[session_id] == 1:
+                del self._opening[session_id]
+            else:
+                self._opening[session_id] -= 1
 
     async def _start(self, record: SessionRecord, back: Back) -> Session:
         assert self._nursery is not None, "SessionManager.run() is not running"
@@ -249,6 +266,20 @@ class SessionManager:
             log.info("live-session cap reached: the longest-idle session closed", extra={"route": victim.record.route, "session": victim.id})
             await victim.close()
             await victim._gone.wait()  # its events stored before another copy could load it
+
+    def hold_from_prune(self, session_id: str) -> bool:
+        """Retention asks (bridge/store/retention.py): True keeps a session the daemon
+        holds live or is loading; otherwise it is held back from loading until
+        `release_pruned`, so it is never brought back live as its rows are deleted."""
+        if session_id in self._live or session_id in self._opening:
+            return True
+        self._pruning.add(session_id)
+        return False
+
+    def release_pruned(self, session_ids: list[str]) -> None:
+        self._pruning.difference_update(session_ids)
+        self._pruned.set()
+        self._pruned = trio.Event()
 
     def forget(self, session: Session) -> None:
         if self._live.get(session.id) is session:

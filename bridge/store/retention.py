@@ -6,8 +6,10 @@ the sessions last updated before the cut-off, with no open turn, oldest first, a
 deleted with their turns, tasks, states and events. `CHUNK` sessions go per
 transaction, so a pass never holds SQLite's write lock long: the daemon's own flushes
 and other processes sharing the file get it between chunks. `keep(session_id)` spares
-what a caller still uses (the daemon's live sessions); the store checks each session
-again in the deleting transaction, so one that started a turn since it was listed stays.
+what a caller still uses (the daemon's live sessions and those it is loading; a false
+answer may hold the session back from loading until `release` hears it is gone); the
+store checks each session again in the deleting transaction, so one that started a
+turn since it was listed stays.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ __all__ = ["CHUNK", "MAX_PER_PASS", "PASS_INTERVAL_S", "prune_older", "prune_on_
 
 log = logging.getLogger("bridge.store")
 
-CHUNK = 32  # sessions deleted per transaction
+CHUNK = 8  # sessions deleted per transaction (a session of 5 000 turns takes ~50 ms)
 MAX_PER_PASS = 10_000  # sessions one scheduled pass deletes at most; the next pass goes on
 PASS_INTERVAL_S = 3600.0
 _CATCH_UP_S = 60.0  # the pause before the next pass when one stopped at MAX_PER_PASS
@@ -40,6 +42,7 @@ async def prune_older(
     before_ts: float,
     *,
     keep: Callable[[str], bool] = _never,
+    release: Callable[[list[str]], None] | None = None,
     dry_run: bool = False,
     limit: int | None = None,
     chunk: int = CHUNK,
@@ -57,9 +60,13 @@ async def prune_older(
             break
         after = page[-1]
         found = [(ts, sid) for ts, sid in page if not keep(sid)]
-        if not dry_run and found:
-            gone = set(await store.prune([sid for _, sid in found], before_ts=before_ts))
-            found = [(ts, sid) for ts, sid in found if sid in gone]
+        try:
+            if not dry_run and found:
+                gone = set(await store.prune([sid for _, sid in found], before_ts=before_ts))
+                found = [(ts, sid) for ts, sid in found if sid in gone]
+        finally:
+            if release is not None:
+                release([sid for _, sid in page])
         done += len(found)
         if on_chunk is not None and found:
             on_chunk(found)
@@ -74,6 +81,7 @@ async def prune_on_schedule(
     retention_s: float,
     *,
     keep: Callable[[str], bool] = _never,
+    release: Callable[[list[str]], None] | None = None,
     interval_s: float = PASS_INTERVAL_S,
     now: Callable[[], float] = time.time,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -87,7 +95,7 @@ async def prune_on_schedule(
         before = now() - retention_s
         done = 0
         try:
-            done = await prune_older(store, before, keep=keep, limit=MAX_PER_PASS)
+            done = await prune_older(store, before, keep=keep, release=release, limit=MAX_PER_PASS)
         except BridgeError as exc:
             log.error("retention: pruning sessions failed: %s; trying again in %.0f s", exc.message, interval_s)
         except Exception:  # our bug: logged with its traceback, and the daemon serves on

@@ -81,6 +81,8 @@ class SqliteStore:
             await op.done.wait()
         if op.error is not None:
             if isinstance(op.error, sqlite3.Error):
+                if is_busy(op.error):
+                    raise Overloaded(f"the store is busy (another process holds its write lock: {op.error}); try again") from op.error
                 raise InternalError(f"sqlite: {op.error}") from op.error
             raise op.error
         return op.result  # type: ignore[no-any-return]

@@ -117,8 +117,10 @@ def run_batch(conn: sqlite3.Connection, batch: list[Op]) -> None:
         except Exception as exc:
             batch[0].error = exc
         return
-    conn.execute("BEGIN IMMEDIATE" if any(op.write for op in batch) else "BEGIN")
     try:
+        # Inside the `try`: a BEGIN that fails (another process held the write lock past
+        # `busy_timeout`) is every call's outcome too, never a silent success.
+        conn.execute("BEGIN IMMEDIATE" if any(op.write for op in batch) else "BEGIN")
         if len(batch) == 1:  # alone: its failure is the transaction's
             batch[0].result = batch[0].fn(conn)
         else:

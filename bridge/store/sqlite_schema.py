@@ -92,6 +92,9 @@ _MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] 
         )""",
         "CREATE INDEX tasks_by_route ON tasks (route, status_ts DESC, task_id)",
         "CREATE INDEX tasks_by_context ON tasks (context_id, status_ts DESC, task_id)",
+        # A `status` filter reads only the tasks in that state.
+        "CREATE INDEX tasks_by_route_state ON tasks (route, state, status_ts DESC, task_id)",
+        "CREATE INDEX tasks_by_context_state ON tasks (context_id, state, status_ts DESC, task_id)",
         "CREATE INDEX tasks_by_session ON tasks (session_id)",
         "CREATE INDEX tasks_by_turn ON tasks (turn_id)",
         split_meta,

@@ -56,7 +56,9 @@ async def replay(manager: SessionManager, route: str, task_id: str, record: Task
     after = first.first_seq - 1 if first is not None else 0
     through = last.last_seq if last is not None else None  # None while it runs
     session = manager.live(record.session_id)
-    if session is not None:
+    if first is None:  # its first turn was never stored: no event of it either (never the session's whole log)
+        events = []
+    elif session is not None:
         events = await session.history(after, through_seq=through)
     else:
         events = await manager.read_events(record.session_id, after, through_seq=through)

@@ -96,7 +96,7 @@ def _before(query: dict[str, list[str]]) -> int | None:
         value = int(text) if text.isdigit() else 0
     except (ValueError, binascii.Error):  # UnicodeDecodeError is a ValueError
         value = 0
-    if value < 1:
+    if not 1 <= value < 2**62:  # a sequence number the store can hold
         raise InvalidParams(f"invalid cursor {raw[:40]!r}: pass the one from X-Next-Cursor or the Link header")
     return value
 
