@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from daemon_support import raw_ws, ws_frame
+from daemon_support import RawWs, raw_ws, ws_frame
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, open_websocket_url
 
 PATCH_TYPES = {"add_content", "add_tool_call", "tool_result", "set_status", "set_tool_status"}
@@ -515,9 +515,24 @@ async def test_an_oversized_frame_is_refused_and_closes_only_that_socket(
                 assert (await fine.run(sid, "still here"))[-1]["data"]["status"] == "completed"
 
 
-async def test_rate_limit(bridge_exe: list[str], tmp_path: Path, env: dict[str, str]) -> None:
+async def test_rate_limit_and_pings_on_quiet_sockets(bridge_exe: list[str], tmp_path: Path, env: dict[str, str]) -> None:
+    ws = {"max_messages_per_s": 2, "message_burst": 3, "ping_interval_s": 0.2}
     with trio.fail_after(30):
-        async with serve(bridge_exe, tmp_path, env, ws={"max_messages_per_s": 2, "message_burst": 3}) as d:
+        async with serve(bridge_exe, tmp_path, env, ws=ws) as d:
+            # A client that says nothing is pinged (RFC 6455 §5.5.2) by the front's one
+            # pinger, each time it stays quiet for an interval: a keepalive with no timer
+            # per connection. The pong goes back; the socket stays open and serves.
+            stream, rest = await raw_ws(d.url)
+            async with stream:
+                quiet = RawWs(stream, rest)
+                for _ in range(2):
+                    got = await quiet.frame()
+                    assert got is not None and got[0] == 9, got  # a ping
+                    await stream.send_all(ws_frame(got[1], 10))  # its pong
+                await stream.send_all(ws_frame(b'{"event": "nope"}'))
+                while (got := await quiet.frame()) is not None and got[0] != 1:
+                    assert got[0] == 9, got
+                assert got is not None and b"unknown_event" in got[1]
             async with d.ws() as c:
                 for _ in range(6):
                     await c.send("session:unsubscribe", session_id="x")

@@ -30,8 +30,9 @@ This module is the listener (`WsFront`); one connection is `WsConnection`
 (ws_connection.py). Writes (ws_send.py): with `batch_writes`, every waiting frame goes out in one socket
 write through hypercorn's WebSocket stream, each still its own WebSocket message;
 otherwise one ASGI `websocket.send` per frame. The writer task exists only while
-frames wait, and pings ride on the reader's wait for client frames, so an idle
-connection costs no task of ours (memory per idle session, bench/ws_stream.py).
+frames wait, and one task of the front pings the quiet sockets (`ping_interval_s`),
+so an idle connection costs no task or timer of ours (memory per idle session,
+bench/ws_stream.py).
 """
 
 from __future__ import annotations
@@ -68,18 +69,33 @@ class WsFront:
         self.closing = False  # the daemon is stopping and its turns have ended: close every socket
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Beside the listener (HttpApp.background): closes every socket once the daemon stops.
+        """Beside the listener (HttpApp.background): pings quiet sockets, and closes every
+        socket once the daemon stops.
 
         First the drain (`manager.drained`, bridge/service.py): a cancelled run's `turn:end`
         and `chat:end` are queued on its watchers when its turn ends, and no turn starts
         while stopping. Then close 1001 after what is queued; without it, an open socket
         would hold the listener until `[server] graceful_timeout_s`.
         """
-        task_status.started()
-        await self.manager.drained.wait()
+        async with trio.open_nursery() as nursery:
+            if self.cfg.ping_interval_s is not None:
+                nursery.start_soon(self._ping_quiet, self.cfg.ping_interval_s)
+            task_status.started()
+            await self.manager.drained.wait()
+            nursery.cancel_scope.cancel()
         self.closing = True
         for conn in list(self.connections):
             conn.close(CLOSE_GOING_AWAY, "the bridge is shutting down", flush=True)
+
+    async def _ping_quiet(self, interval: float) -> None:
+        """One task pings every socket whose client sent nothing for a whole interval
+        (so between 1 and 2 intervals after its last frame): a keepalive for idle
+        connections and the NATs between, where a timer per connection would cost each
+        idle socket a cancel scope (memory per idle session, bench/ws_stream.py)."""
+        while True:
+            await trio.sleep(interval)
+            for conn in list(self.connections):
+                conn.ping_if_quiet()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
         if (await receive())["type"] != "websocket.connect":

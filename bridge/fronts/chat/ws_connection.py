@@ -95,14 +95,14 @@ class WsConnection:
 
     The reader is the ASGI task itself. The writer is started when frames are queued
     and ends once the queue is empty, so an idle connection holds no task of its own;
-    with `batch_writes` the reader's wait for client frames times out every
-    `ping_interval_s`, and the writer then sends a ping (a keepalive without a task).
+    with `batch_writes` the front's pinger (`WsFront._ping_quiet`) asks for a ping when
+    the client was quiet for `ping_interval_s`, and the writer sends it.
     """
 
     __slots__ = (
         "front", "cfg", "receive", "send", "authed", "_authed", "outbox", "subs", "close_code",
         "close_reason", "_flush", "sending_since", "_tokens", "_refilled", "_nursery", "sender",
-        "_writing", "_ping_due",
+        "_writing", "_ping_due", "_heard",
     )  # fmt: skip
 
     def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool) -> None:
@@ -124,6 +124,7 @@ class WsConnection:
         self.sender: AsgiSender | None = None
         self._writing = False
         self._ping_due = False
+        self._heard = False  # a client frame since the pinger last looked
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self) -> None:
@@ -281,18 +282,19 @@ class WsConnection:
         self.close(CLOSE_SLOW, "slow consumer: too many frames arrived during the replay")
 
     # -- reading ----------------------------------------------------------------------------
+    def ping_if_quiet(self) -> None:
+        """The front's pinger looks (every `ping_interval_s`): a client quiet since the
+        last look gets a ping. Only on hypercorn's stream (ASGI has no ping message)."""
+        if self._heard:
+            self._heard = False
+        elif self.close_code is None and isinstance(self.sender, HypercornSender):
+            self._ping_due = True
+            self._kick()
+
     async def _reader(self) -> None:
-        ping = self.cfg.ping_interval_s if isinstance(self.sender, HypercornSender) else None
         while self.close_code is None:
-            if ping is None:
-                message = await self.receive()
-            else:
-                with trio.move_on_after(ping) as waited:
-                    message = await self.receive()
-                if waited.cancelled_caught:  # quiet for a while: keep the connection alive
-                    self._ping_due = True
-                    self._kick()
-                    continue
+            message = await self.receive()
+            self._heard = True
             kind = message["type"]
             if kind == "websocket.disconnect":
                 return
