@@ -210,9 +210,9 @@ class SessionManager:
         live = self._live.get(record.session_id)  # started by another task while we made room
         if live is not None:
             return live
+        # No task yet: the session starts its own with its first turn (`Session._spawn`).
         session = Session(self, record, self.config.routes[record.route], back)
         self._live[record.session_id] = session
-        await self._nursery.start(session.run)
         return session
 
     async def _make_room(self, route_name: str) -> None:
@@ -322,4 +322,7 @@ class SessionManager:
         self.aborted = True
         self.stop_accepting(self.refusal)
         if self._nursery is not None:
+            for session in list(self._live.values()):
+                session._closed.set()
+                session._wake()  # a session without a task gets one to store its last events
             self._nursery.cancel_scope.cancel()
