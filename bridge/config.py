@@ -206,6 +206,10 @@ class DaemonConfig(ConfigStruct):
     # closed after this long, its agent process with it; it comes back from the store
     # when a client asks for it. 0: never.
     idle_session_close_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
+    # Idle live sessions at most (a cache of the store): past it, the least recently
+    # used idle one is closed the same way, within seconds. 64 idle ACP sessions hold
+    # ~2.7 GiB of agents (bench/session_cache.py); 64 of any other back, ~1 MiB.
+    max_idle_sessions: Annotated[int, msgspec.Meta(ge=1)] = 64
     # Live sessions at most, every route together. When full, the longest-idle session
     # is closed (it stays in the store); with none idle, a new one is refused.
     max_live_sessions: Annotated[int, msgspec.Meta(ge=1)] = 2000

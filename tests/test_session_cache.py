@@ -1,9 +1,12 @@
-"""The live sessions as a cache of the store: what an idle one costs.
+"""The live sessions as a cache of the store: what an idle one costs, which ones close.
 
 Under trio with the MemoryStore and the demo back (bridge/session/manager.py,
 bridge/session/live.py): a session only read or watched holds no task; its task
-starts with its first turn (or its close) and ends when it is gone. Every test has a
-`trio.fail_after` ceiling; waits are on events (a session gone).
+starts with its first turn and ends when it closes. Idle sessions past `[daemon]
+max_idle_sessions` close least recently used first, never one a client uses, and
+come back from the store. Every test has a
+`trio.fail_after` ceiling; waits are on events (a session gone), on the virtual clock
+where the manager's sweep is waited for.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from bridge.backs import make_back
 from bridge.config import Config, parse_config
 from bridge.core import events as ev
 from bridge.core.content import TextContent
-from bridge.session import SessionManager
+from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
 
 CEILING_S = 30
@@ -133,3 +136,48 @@ async def test_an_abort_stores_the_events_of_sessions_without_a_task() -> None:
             manager.abort()  # a second SIGTERM: every session stops now
     batches = await store.read_batches(session.id)
     assert batches and batches[-1].last_seq == session.last_seq
+
+
+# -- max_idle_sessions: the least recently used idle sessions close --------------------------
+
+
+async def test_idle_sessions_past_the_bound_close_least_recently_used_first_never_one_in_use(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    config = make_config(daemon={"max_idle_sessions": 2})
+    with trio.fail_after(CEILING_S):
+        async with running(config) as manager:
+            watched = await manager.create("demo", cwd="/w")
+            watched.subscribe(Recorder())  # a client watching
+            busy = await manager.create("demo", cwd="/w")
+            running_turn = busy.start_turn(prompt("slow: x"))  # 5 s of turn
+            kept = await manager.create("demo", cwd="/w")
+            manager.keep_alive.append(lambda s: s is kept)  # a front keeps it (an A2A task waiting)
+            attached = await manager.create("demo", cwd="/w")
+            attached.client_services = object()  # type: ignore[assignment]  # an editor attached
+            idle: list[Session] = []
+            for _ in range(4):  # at once: the sweep (a second after the first one past the bound) finds them all
+                idle.append(await manager.create("demo", cwd="/w"))
+            assert (await idle[0].start_turn(prompt("hi")).wait()).stop_reason is ev.StopReason.END_TURN
+            assert await manager.get(idle[1].id) is idle[1]  # asked for: used
+            # Least recently used first: idle[2], then idle[3]; idle[0] and idle[1] stay.
+            await idle[2]._gone.wait()
+            await idle[3]._gone.wait()
+            assert [manager.live(s.id) for s in idle] == [idle[0], idle[1], None, None]
+            for s in (watched, busy, kept, attached):
+                assert manager.live(s.id) is s
+            assert (await running_turn.wait()).stop_reason is ev.StopReason.END_TURN
+            back = await manager.get(idle[2].id)  # from the store
+            assert back is not idle[2] and (await back.start_turn(prompt("x")).wait()).stop_reason is ev.StopReason.END_TURN
+
+
+async def test_a_session_asked_for_while_it_closes_comes_back_fresh_from_the_store() -> None:
+    with trio.fail_after(CEILING_S):
+        async with running(make_config()) as manager:
+            session = await manager.create("demo", cwd="/w")
+            assert (await session.start_turn(prompt("hello")).wait()).stop_reason is ev.StopReason.END_TURN
+            await session.close()  # closing: its task stores its events and lets it go
+            again = await manager.get(session.id)
+            assert again is not session and not again.closed and session._gone.is_set()
+            assert [type(e) for e in await again.history()][-1] is ev.TurnEnded
+            assert (await again.start_turn(prompt("more")).wait()).stop_reason is ev.StopReason.END_TURN
