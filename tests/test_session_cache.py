@@ -4,13 +4,16 @@ Under trio with the MemoryStore and the demo back (bridge/session/manager.py,
 bridge/session/live.py): a session only read or watched holds no task; its task
 starts with its first turn and ends when it closes. Idle sessions past `[daemon]
 max_idle_sessions` close least recently used first, never one a client uses, and
-come back from the store. Every test has a
+come back from the store. A closed session leaves no reference cycle behind (its
+memory is free at once, not at the next full collection). Every test has a
 `trio.fail_after` ceiling; waits are on events (a session gone), on the virtual clock
 where the manager's sweep is waited for.
 """
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -136,6 +139,27 @@ async def test_an_abort_stores_the_events_of_sessions_without_a_task() -> None:
             manager.abort()  # a second SIGTERM: every session stops now
     batches = await store.read_batches(session.id)
     assert batches and batches[-1].last_seq == session.last_seq
+
+
+async def test_a_closed_session_is_freed_without_the_cycle_collector(autojump_clock: trio.abc.Clock) -> None:
+    """The last turn, the back session (its host) and the prompts' listener pointed back
+    at the session: each closed session stayed in memory until a full collection."""
+    gc.disable()
+    try:
+        with trio.fail_after(CEILING_S):
+            async with running(make_config()) as manager:
+                session = await manager.create("demo", cwd="/w")
+                unsubscribe = session.subscribe(Recorder())
+                assert (await session.start_turn(prompt("hello")).wait()).stop_reason is ev.StopReason.END_TURN
+                unsubscribe()
+                await session.close()
+                await session._gone.wait()
+                await trio.sleep(1)  # virtual: the flusher and the watchdogs take their next look
+                ref = weakref.ref(session)
+                del session, unsubscribe
+                assert ref() is None, "a closed session is still referenced (a reference cycle)"
+    finally:
+        gc.enable()
 
 
 # -- max_idle_sessions: the least recently used idle sessions close --------------------------

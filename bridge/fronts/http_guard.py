@@ -60,6 +60,11 @@ class _SupervisedTCPServer(TCPServer):
                 await self._end(peer, faults)
             if rest is not None:
                 raise rest from None
+        finally:
+            # hypercorn's protocol holds our `protocol_send`, and we hold it: a cycle
+            # that keeps the whole connection (h11, wsproto, buffers, ~20 KiB) until a
+            # full collection. Its tasks have ended with `super().run()`; let it go.
+            self.__dict__.pop("protocol", None)
 
     async def _read_data(self) -> None:
         try:

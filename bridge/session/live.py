@@ -88,6 +88,10 @@ class SessionOwner(Protocol):
     async def read_events(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
 
 
+def _nothing() -> None:
+    pass
+
+
 class Session(TurnRunner, Journal):
     """One live conversation: its back session, its running turn, its subscribers."""
 
@@ -165,6 +169,10 @@ class Session(TurnRunner, Journal):
                 await self._close_back()
                 await self.flush_or_close()
             self.manager.forget(self)
+            # What points back at us (the prompts' listener, the back session's host,
+            # the last turn's session) let go: no reference cycle keeps a closed
+            # session's memory until a full collection (bench/ws_stream.py, reuse).
+            self._unlisten, self._back_session, self.turn = _nothing, None, None
             self._gone.set()
 
     async def flush_or_close(self) -> None:

@@ -160,17 +160,20 @@ class SessionManager:
                 await self._idle_wakeup.wait()
             if self._idle_wakeup.is_set():
                 self._idle_wakeup = trio.Event()
-            now = trio.current_time()
-            for turn in list(self._idle_turns):
-                if turn.events != turn.idle_seen or turn.asking:
-                    turn.idle_seen, turn.quiet_since = turn.events, now
-                elif now - turn.quiet_since >= turn.idle_s - 1e-9 and not turn.idled:
-                    s = turn.session
-                    log.warning("session %s turn %s: the back sent nothing for %g s; failed", s.id, turn.turn_id, turn.idle_s)
-                    turn.idled = True
-                    self._idle_turns.discard(turn)
-                    assert turn.scope is not None
-                    turn.scope.cancel()
+            self._cut_idle_turns(trio.current_time())
+
+    def _cut_idle_turns(self, now: float) -> None:
+        # A method of its own: the last turn looked at is not held by the loop's frame.
+        for turn in list(self._idle_turns):
+            if turn.events != turn.idle_seen or turn.asking:
+                turn.idle_seen, turn.quiet_since = turn.events, now
+            elif now - turn.quiet_since >= turn.idle_s - 1e-9 and not turn.idled:
+                s = turn.session
+                log.warning("session %s turn %s: the back sent nothing for %g s; failed", s.id, turn.turn_id, turn.idle_s)
+                turn.idled = True
+                self._idle_turns.discard(turn)
+                assert turn.scope is not None
+                turn.scope.cancel()
 
     def lend_nursery(self) -> SupervisedNursery:
         """The manager's nursery as lent to backs and fronts (`Session.shared_nursery`)."""
