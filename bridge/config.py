@@ -204,8 +204,17 @@ class DaemonConfig(ConfigStruct):
     probe_interval_s: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     # A live session nobody uses (no turn running, no client attached or watching) is
     # closed after this long, its agent process with it; it comes back from the store
-    # when a client asks for it. 0: never.
-    idle_session_close_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
+    # when a client asks for it. 0: never. Measured (bench/session_cache.py): an idle
+    # session that ran a turn holds ~12-16 KiB, plus an ACP back's agent process
+    # (~43 MiB for the SDK's); bringing one back costs under a millisecond more, and
+    # ~0.6 s on an ACP route (a new agent, session/load). 10 minutes keeps a session
+    # warm through a pause in the same work and frees an abandoned one's agent soon
+    # after (README.md, "Memory").
+    idle_session_close_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
+    # Idle live sessions at most (a cache of the store): past it, the least recently
+    # used idle one is closed the same way, within seconds. 64 idle ACP sessions hold
+    # ~2.7 GiB of agents (bench/session_cache.py); 64 of any other back, ~1 MiB.
+    max_idle_sessions: Annotated[int, msgspec.Meta(ge=1)] = 64
     # Live sessions at most, every route together. When full, the longest-idle session
     # is closed (it stays in the store); with none idle, a new one is refused.
     max_live_sessions: Annotated[int, msgspec.Meta(ge=1)] = 2000

@@ -11,7 +11,9 @@ daemon: tests/test_e2e_ws_protocol.py.
 from __future__ import annotations
 
 import base64
+import gc
 import os
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,14 +27,36 @@ from daemon_support import ws_frame
 TEXT, BINARY, CLOSE = 1, 2, 8
 
 
-def accepted() -> Any:
-    """A server connection made by hypercorn's handshake, through the wrapper."""
+def handshake() -> Handshake:
     key = base64.b64encode(os.urandom(16))
     headers = [(b"connection", b"Upgrade"), (b"upgrade", b"websocket"), (b"sec-websocket-key", key), (b"sec-websocket-version", b"13")]
-    stream = SimpleNamespace(handshake=Handshake(headers, "1.1"))
+    return Handshake(headers, "1.1")
+
+
+def accepted() -> Any:
+    """A server connection made by hypercorn's handshake, through the wrapper."""
+    stream = SimpleNamespace(handshake=handshake())
     close_frame_on_protocol_error(stream)
     _, _, conn = stream.handshake.accept(None, [])
     return conn
+
+
+def test_a_wrapped_connection_is_freed_without_the_cycle_collector() -> None:
+    """The wrapper once kept closures on the handshake and the connection that pointed
+    back at them: every closed WebSocket stayed in memory (with hypercorn's buffers)
+    until a full collection, and RSS grew with each wave of clients."""
+    gc.disable()
+    try:
+        stream = SimpleNamespace(handshake=handshake())
+        close_frame_on_protocol_error(stream)
+        _, _, conn = stream.handshake.accept(None, [])
+        conn.receive_data(ws_frame(b"hello", TEXT) + ws_frame(b"\x03\xe8", CLOSE))
+        assert [type(e) for e in conn.events()] == [TextMessage, CloseConnection]
+        refs = [weakref.ref(stream.handshake), weakref.ref(conn)]
+        del stream, conn
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()
 
 
 def test_a_protocol_error_moves_the_connection_to_remote_closing_so_hypercorn_answers_it() -> None:
@@ -54,6 +78,16 @@ def test_no_data_message_reaches_hypercorn_once_a_close_is_sent() -> None:
     assert conn.state is ConnectionState.CLOSED
 
 
+class ScriptedHandshake:
+    """hypercorn's `Handshake` as far as the wrapper sees it: `accept` makes the connection."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def accept(self, *args: Any, **kwargs: Any) -> Any:
+        return 101, [], self._conn
+
+
 class Scripted:
     """A connection whose `events()` yields what it is told (the state is wsproto's)."""
 
@@ -71,7 +105,7 @@ class Scripted:
 
 def test_a_message_changing_type_before_its_final_fragment_fails_with_1002() -> None:
     script = Scripted([TextMessage(data="a", frame_finished=False, message_finished=False), BytesMessage(data=b"b")])
-    stream = SimpleNamespace(handshake=SimpleNamespace(accept=lambda *a, **k: (101, [], script)))
+    stream = SimpleNamespace(handshake=ScriptedHandshake(script))
     close_frame_on_protocol_error(stream)
     _, _, conn = stream.handshake.accept(None, [])
     events = list(conn.events())

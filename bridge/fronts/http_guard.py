@@ -18,7 +18,8 @@ both from bridge/errors.py), and its socket is closed. Cancellation passes throu
 hypercorn has no parameter for the connection handler; `worker_serve` looks
 `TCPServer` up in its module's globals on each call, so that name is the seam: it is
 replaced once by a subclass that only adds the boundary (QUIC's `UDPServer` is not
-used: the daemon binds no `quic_bind`).
+used: the daemon binds no `quic_bind`). The subclass also reads without hypercorn's
+read timeout scope when no read timeout is set (`_read_until_closed`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ import logging
 from typing import Any
 
 import trio
+from hypercorn.events import Closed, RawData
 from hypercorn.trio import run as _hypercorn_run
 from hypercorn.trio import serve as _hypercorn_serve
+from hypercorn.trio.tcp_server import MAX_RECV as _MAX_RECV
 from hypercorn.trio.tcp_server import TCPServer
 
 from bridge.errors import codes_for
@@ -57,13 +60,36 @@ class _SupervisedTCPServer(TCPServer):
                 await self._end(peer, faults)
             if rest is not None:
                 raise rest from None
+        finally:
+            # hypercorn's protocol holds our `protocol_send`, and we hold it: a cycle
+            # that keeps the whole connection (h11, wsproto, buffers, ~20 KiB) until a
+            # full collection. Its tasks have ended with `super().run()`; let it go.
+            self.__dict__.pop("protocol", None)
 
     async def _read_data(self) -> None:
         try:
-            await super()._read_data()
+            if self.config.read_timeout:
+                await super()._read_data()
+            else:
+                await self._read_until_closed()
         except Exception as exc:
             await self._last_word(exc)
             raise
+
+    async def _read_until_closed(self) -> None:
+        """hypercorn's `_read_data` (0.17, 0.18) without its `fail_after(read_timeout or
+        inf)`: with no read timeout (the daemon sets none) that is a cancel scope that
+        never fires, held by every connection for as long as it lives (about 1 KiB per
+        idle WebSocket; memory per idle session, bench/ws_stream.py)."""
+        while True:
+            try:
+                data = await self.stream.receive_some(_MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
 
     async def _end(self, peer: str, exc: BaseException) -> None:
         log.error("HTTP connection from %s failed inside the server (our bug); closed", peer, exc_info=exc)

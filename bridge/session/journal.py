@@ -209,10 +209,15 @@ class Flusher:
                 await self._flush_soon.wait()
             self._flush_soon = trio.Event()
             self._has_pending = trio.Event()
-            due, self._pending = list(self._pending), {}
-            if len(due) == 1:
-                await due[0].flush_or_close()
-            else:
-                async with trio.open_nursery() as nursery:
-                    for journal in due:
-                        nursery.start_soon(journal.flush_or_close)
+            await self._flush_due()
+
+    async def _flush_due(self) -> None:
+        # A method of its own: the sessions flushed are not held by the loop's frame
+        # until the next flush (a closed one's memory).
+        due, self._pending = list(self._pending), {}
+        if len(due) == 1:
+            await due[0].flush_or_close()
+        else:
+            async with trio.open_nursery() as nursery:
+                for journal in due:
+                    nursery.start_soon(journal.flush_or_close)

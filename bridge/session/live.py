@@ -90,6 +90,10 @@ class SessionOwner(Protocol):
     def event_pages(self, session_id: str, after_seq: int = 0, *, through_seq: int | None = None) -> AsyncIterator[list[Event]]: ...
 
 
+def _nothing() -> None:
+    pass
+
+
 class Session(TurnRunner, Journal):
     """One live conversation: its back session, its running turn, its subscribers."""
 
@@ -103,11 +107,16 @@ class Session(TurnRunner, Journal):
         self._subscribers: list[Subscriber] = []
         self._protocols: list[str] = []  # each subscriber's front, for the metric
         self._back_session: BackSession | None = None
-        self._back_lock = trio.Lock()
+        self._back_lock: trio.Lock | None = None  # made with the back session (`_ensure_back`)
         self.turn: Turn | None = None
+        # The session's task and its nursery (turns, the back session) start with the
+        # first thing that needs them (`_spawn`): a session only read or watched costs
+        # no task. `_queued`: what `run` starts once its nursery is open (None: not woken).
         self._nursery: trio.Nursery | None = None
+        self._queued: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
         self._closed = trio.Event()
         self._gone = trio.Event()  # run() has ended: its back closed, its events stored
+        self._unlisten = manager.prompts.listen(record.route, self._prompts_changed)
         # Set by the ACP front while an editor is attached (its files and terminals).
         self.client_services: ClientServices | None = None
         self.back_options: list[ConfigOption] = []  # what the back's agent offers
@@ -118,12 +127,32 @@ class Session(TurnRunner, Journal):
         self._open_journal()
 
     # -- lifecycle ------------------------------------------------------------------
+    def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Start `fn(*args)` in the session's nursery, waking the session first (its task
+        started in the manager's nursery) if nothing ran in it yet."""
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+            return
+        self._wake()
+        assert self._queued is not None
+        self._queued.append((fn, args))
+
+    def _wake(self) -> None:
+        if self._queued is None and not self._gone.is_set():
+            self._queued = []
+            self.manager.lend_nursery().start_soon(self.run)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The session's task, from its first turn (`_spawn`) or its close until it is gone."""
+        if self._queued is None:
+            self._queued = []
         try:
-            unlisten = self.manager.prompts.listen(self.record.route, self._prompts_changed)
             try:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
+                    queued, self._queued = self._queued, []
+                    for fn, args in queued:
+                        nursery.start_soon(fn, *args)
                     task_status.started()
                     await self._closed.wait()
                     if nursery.child_tasks:
@@ -133,15 +162,25 @@ class Session(TurnRunner, Journal):
                 # turn raised (our bug). This session ends; the manager and the others go on.
                 log.exception("session %s failed; closed", self.id, extra={"route": self.record.route})
             finally:
+                self._nursery = None  # closed: what is spawned from now on never starts
                 self._closed.set()
-                unlisten()
+                self._unlisten()
         finally:
             with trio.move_on_after(5, shield=True):
                 await self._end_cut_turn()
                 await self._close_back()
                 await self.flush_or_close()
             self.manager.forget(self)
+            # What points back at us (the prompts' listener, the back session's host,
+            # the last turn's session) let go: no reference cycle keeps a closed
+            # session's memory until a full collection (bench/ws_stream.py, reuse).
+            self._unlisten, self._back_session, self.turn = _nothing, None, None
             self._gone.set()
+
+    async def flush_or_close(self) -> None:
+        await Journal.flush_or_close(self)
+        if self._closed.is_set():
+            self._wake()  # closed by the store's failure: its task ends it, as any close
 
     async def _close_back(self) -> None:
         back = self._back_session
@@ -161,6 +200,7 @@ class Session(TurnRunner, Journal):
             with trio.move_on_after(self.route.cancel_grace_s + 1):
                 await self.turn.wait()
         self._closed.set()
+        self._wake()  # a session that never ran anything closes in its task too
 
     @property
     def closed(self) -> bool:
@@ -307,7 +347,7 @@ class Session(TurnRunner, Journal):
         `metadata`, `extensions`), kept with the prompt so a back can pass them on."""
         if self.busy:
             raise Busy(f"session {self.id} is already running a turn; cancel it or wait for it to end")
-        if self._nursery is None or self._closed.is_set():
+        if self._closed.is_set():
             raise NotFound(f"session {self.id} is closed")
         if self.retired:
             raise NotFound(f"route {self.record.route!r} of session {self.id} was removed from the configuration")
@@ -330,10 +370,12 @@ class Session(TurnRunner, Journal):
         self.record.turn_count += 1
         self.record.last_stop, self.record.last_cut = None, False
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
-        self._nursery.start_soon(self._run_turn, turn)
+        self._spawn(self._run_turn, turn)
         return turn
 
     async def _ensure_back(self) -> BackSession:
+        if self._back_lock is None:
+            self._back_lock = trio.Lock()
         async with self._back_lock:
             if self._back_session is None:
                 assert self._nursery is not None

@@ -4,11 +4,14 @@ A `SessionManager` owns a nursery in which every live `Session` (bridge/session/
 runs, the journal's one flusher (bridge/session/journal.py), the prompt sources
 (bridge/prompts) and two watchdogs:
 
-- a session nobody uses for `[daemon] idle_session_close_s` is closed (its back too);
-  `get` brings it back from the store. Live sessions are capped (`[daemon]
-  max_live_sessions`, a route's `max_live_sessions`): when full, the longest-idle one
-  is closed to make room; with none idle, `Overloaded`. A front keeps a session it
-  still needs (an A2A task waiting for input) with a `keep_alive` predicate.
+- the live sessions are a cache of the store (`_close_idle`): a session nobody uses
+  (no turn running, no client attached or watching, no front keeping it with a
+  `keep_alive` predicate, as an A2A task waiting for input) is closed, its back too,
+  after `[daemon] idle_session_close_s`, or sooner, least recently used first, when
+  more than `[daemon] max_idle_sessions` are idle; `get` brings it back from the
+  store. Live sessions are capped (`[daemon] max_live_sessions`, a route's
+  `max_live_sessions`): when full, the longest-idle one is closed to make room; with
+  none idle, `Overloaded`.
 - a running turn whose back sends nothing for its route's `turn_idle_timeout_s` fails
   (`_watch_idle_turns`: one task for every turn, one increment per event).
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import trio
@@ -51,6 +54,12 @@ EVENT_PAGE_BATCHES = 32
 
 log = logging.getLogger("bridge.session")
 
+# The live sessions are looked at for idle ones every `_IDLE_CHECK_S` (or a quarter of
+# `idle_session_close_s`), and a second after a new session takes their number past
+# `max_idle_sessions`, at most once a second: a pass costs ~0.5 ms per thousand.
+_IDLE_CHECK_S = 10.0
+_IDLE_CHECK_MIN_S = 1.0
+
 
 class SessionManager:
     """Creates, finds and runs sessions; owns their nursery."""
@@ -67,6 +76,7 @@ class SessionManager:
         self._idle_turns: set[Turn] = set()
         self._idle_wakeup = trio.Event()
         self._idle_step = math.inf  # how long the watchdog sleeps now
+        self._check_idle = trio.Event()  # wakes `_close_idle` before its next look
         self.flusher = Flusher(config.store.flush_interval_s)  # stores every session's events
         self.observer: TurnObserver | None = None
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
@@ -102,20 +112,39 @@ class SessionManager:
             await trio.sleep_forever()
 
     async def _close_idle(self) -> None:
-        """Close live sessions nobody has used for `[daemon] idle_session_close_s`, so a
-        long-running daemon's memory and agent processes stay bounded; `get()` brings one
-        back from the store when a client asks for it."""
+        """Close the live sessions nobody has used for `[daemon] idle_session_close_s`,
+        and the least recently used idle ones past `[daemon] max_idle_sessions`, so a
+        long-running daemon's memory and agent processes stay bounded; `get()` brings
+        one back from the store when a client asks for it."""
         while True:
             limit = self.config.daemon.idle_session_close_s
-            await trio.sleep(max(1.0, limit / 4) if limit else 60.0)
-            if not limit:
-                continue
-            now = trio.current_time()
-            for session in list(self._live.values()):
-                idle = session.idle_for(now)
-                if idle is not None and idle >= limit and not any(keep(session) for keep in self.keep_alive):
-                    log.info("session idle for %.0f s: closed", idle, extra={"route": session.record.route, "session": session.id})
-                    await session.close()
+            with trio.move_on_after(max(_IDLE_CHECK_MIN_S, min(limit / 4, _IDLE_CHECK_S)) if limit else _IDLE_CHECK_S):
+                await self._check_idle.wait()
+                await trio.sleep(_IDLE_CHECK_MIN_S)  # a flood of new sessions: one look per second
+            self._check_idle = trio.Event()
+            await self._close_idle_now(limit)
+
+    async def _close_idle_now(self, limit: float) -> None:
+        # A method of its own: the sessions it closes are not held by the loop's frame.
+        idle = sorted(self._idle(self._live.values(), trio.current_time()), key=lambda pair: pair[0], reverse=True)
+        over = len(idle) - self.config.daemon.max_idle_sessions
+        for i, (idle_s, session) in enumerate(idle):  # the longest idle first
+            expired = bool(limit) and idle_s >= limit
+            if i >= over and not expired:
+                break
+            extra = {"route": session.record.route, "session": session.id}
+            if expired:
+                log.info("session idle for %.0f s: closed", idle_s, extra=extra)
+            else:
+                log.debug("more than max_idle_sessions idle: the least recently used closed", extra=extra)
+            await session.close()
+        if over > 0:
+            log.info("%d idle sessions closed: more than [daemon] max_idle_sessions (%d) were idle",
+                     over, self.config.daemon.max_idle_sessions)  # fmt: skip
+
+    def _idle(self, sessions: Iterable[Session], now: float) -> list[tuple[float, Session]]:
+        """(idle for, session) of those nobody uses and no front keeps (`keep_alive`)."""
+        return [(d, s) for s in sessions if (d := s.idle_for(now)) is not None and not any(k(s) for k in self.keep_alive)]
 
     def watch_idle(self, turn: Turn, idle_s: float) -> None:
         turn.idle_s, turn.idle_seen, turn.quiet_since = idle_s, turn.events, trio.current_time()
@@ -140,17 +169,20 @@ class SessionManager:
                 await self._idle_wakeup.wait()
             if self._idle_wakeup.is_set():
                 self._idle_wakeup = trio.Event()
-            now = trio.current_time()
-            for turn in list(self._idle_turns):
-                if turn.events != turn.idle_seen or turn.asking:
-                    turn.idle_seen, turn.quiet_since = turn.events, now
-                elif now - turn.quiet_since >= turn.idle_s - 1e-9 and not turn.idled:
-                    s = turn.session
-                    log.warning("session %s turn %s: the back sent nothing for %g s; failed", s.id, turn.turn_id, turn.idle_s)
-                    turn.idled = True
-                    self._idle_turns.discard(turn)
-                    assert turn.scope is not None
-                    turn.scope.cancel()
+            self._cut_idle_turns(trio.current_time())
+
+    def _cut_idle_turns(self, now: float) -> None:
+        # A method of its own: the last turn looked at is not held by the loop's frame.
+        for turn in list(self._idle_turns):
+            if turn.events != turn.idle_seen or turn.asking:
+                turn.idle_seen, turn.quiet_since = turn.events, now
+            elif now - turn.quiet_since >= turn.idle_s - 1e-9 and not turn.idled:
+                s = turn.session
+                log.warning("session %s turn %s: the back sent nothing for %g s; failed", s.id, turn.turn_id, turn.idle_s)
+                turn.idled = True
+                self._idle_turns.discard(turn)
+                assert turn.scope is not None
+                turn.scope.cancel()
 
     def lend_nursery(self) -> SupervisedNursery:
         """The manager's nursery as lent to backs and fronts (`Session.shared_nursery`)."""
@@ -199,9 +231,17 @@ class SessionManager:
         return session
 
     async def get(self, session_id: str) -> Session:
-        """The live session, started from the store if needed; NotFound otherwise."""
+        """The live session, started from the store if needed; NotFound otherwise.
+
+        Asking counts as a use (the idle sessions close least recently used first). A
+        session that is closing is let go first (its events stored), then a fresh copy
+        comes from the store: a caller never gets a session that turns it away."""
         live = self._live.get(session_id)
+        if live is not None and live.closed:
+            await live._gone.wait()  # within its bounded close (bridge/session/live.py `run`)
+            live = self._live.get(session_id)
         if live is not None:
+            live.last_used = trio.current_time()
             return live
         while session_id in self._pruning:  # retention is deleting it: gone, or kept, in a moment
             await self._pruned.wait()
@@ -231,9 +271,11 @@ class SessionManager:
         live = self._live.get(record.session_id)  # started by another task while we made room
         if live is not None:
             return live
+        # No task yet: the session starts its own with its first turn (`Session._spawn`).
         session = Session(self, record, self.config.routes[record.route], back)
         self._live[record.session_id] = session
-        await self._nursery.start(session.run)
+        if len(self._live) > self.config.daemon.max_idle_sessions:
+            self._check_idle.set()  # maybe one idle session too many: the sweep looks now
         return session
 
     async def _make_room(self, route_name: str) -> None:
@@ -257,8 +299,7 @@ class SessionManager:
                     pool, what = mine, f"route {route_name!r} max_live_sessions ({per_route})"
             if pool is None:
                 return
-            now = trio.current_time()
-            idle = [(d, s) for s in pool if (d := s.idle_for(now)) is not None and not any(k(s) for k in self.keep_alive)]
+            idle = self._idle(pool, trio.current_time())
             if not idle:
                 log.warning("new session refused: %s reached, none idle", what)
                 raise Overloaded(f"too many live sessions: {what} reached and none is idle; try again later")
@@ -377,4 +418,7 @@ class SessionManager:
         self.aborted = True
         self.stop_accepting(self.refusal)
         if self._nursery is not None:
+            for session in list(self._live.values()):
+                session._closed.set()
+                session._wake()  # a session without a task gets one to store its last events
             self._nursery.cancel_scope.cancel()

@@ -51,6 +51,7 @@ class TurnRunner:
     # Provided by `Session` and its `Journal` (annotations only: no stub may shadow them).
     _emit: Callable[[Event], None]
     _ensure_back: Callable[[], Awaitable[BackSession]]
+    _spawn: Callable[..., None]
     flush_or_close: Callable[[], Awaitable[None]]
 
     async def _end_cut_turn(self) -> None:
@@ -149,10 +150,9 @@ class TurnRunner:
         turn = self.turn
         if turn is None or not turn._request_cancel():
             return False
-        assert self._nursery is not None
-        self._nursery.start_soon(self._enforce_cancel, turn)
+        self._spawn(self._enforce_cancel, turn)
         if self._back_session is not None:
-            self._nursery.start_soon(self._cancel_back, self._back_session)
+            self._spawn(self._cancel_back, self._back_session)
         return True
 
     async def _cancel_back(self, back: BackSession) -> None:

@@ -41,7 +41,8 @@ class WsFrontConfig(ConfigStruct):
     max_subscriptions: Annotated[int, msgspec.Meta(ge=1)] = 100
     # A text or thinking block ends at this many characters (the next chunk opens a new one).
     block_max_chars: Annotated[int, msgspec.Meta(ge=64)] = 2048
-    # WebSocket pings keep idle connections (and NATs) alive; None: no pings.
+    # WebSocket pings keep idle connections (and NATs) alive: a client that sent nothing
+    # for this long is pinged within as long again (one task pings them all). None: no pings.
     ping_interval_s: PositiveSeconds | None = 30.0
     # permessage-deflate costs ~300 KiB per connection in zlib state; off by default.
     permessage_deflate: bool = False

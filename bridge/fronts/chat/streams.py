@@ -64,6 +64,10 @@ class Watcher(Protocol):
         """Too many frames held for it during a replay: the client is too slow."""
 
 
+def _nothing() -> None:
+    pass
+
+
 class _Stream:
     """A session subscriber that turns its events into chat frames for its watchers."""
 
@@ -203,7 +207,13 @@ class _Stream:
         self.watchers.clear()
         self.holding.clear()
         self.dead = True
-        trio.lowlevel.current_trio_token().run_sync_soon(self.unsubscribe)  # after this delivery
+        trio.lowlevel.current_trio_token().run_sync_soon(self.leave)  # after this delivery
+
+    def leave(self) -> None:
+        """Unsubscribe from the session, once: the unsubscriber holds this stream (a
+        cycle that would keep the projector until a full collection)."""
+        self.unsubscribe()
+        self.unsubscribe = _nothing
 
     @property
     def idle(self) -> bool:
@@ -325,7 +335,7 @@ class ChatStreams:
         # Not now: this may run inside the session's delivery loop (a slow client dropped
         # while it is fed), and leaving that loop's list mid-iteration would make the
         # next subscriber miss the event.
-        trio.lowlevel.current_trio_token().run_sync_soon(stream.unsubscribe)
+        trio.lowlevel.current_trio_token().run_sync_soon(stream.leave)
         if self._streams.get(stream.session.id) is stream:
             del self._streams[stream.session.id]
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import trio
@@ -131,42 +132,54 @@ def close_frame_on_protocol_error(stream: Any) -> None:
 
     Called before `websocket.accept`: the connection is made inside the accept, and
     the client's first frame may be read before the accept's `send` returns to us.
+    Both wrappers are subclasses swapped in (`__class__`), not closures kept on the
+    objects: a closure would tie each connection into a reference cycle, freed only by
+    a full collection (memory after many connections close, bench/ws_stream.py).
     """
     handshake = getattr(stream, "handshake", None)
-    accept = getattr(handshake, "accept", None)
-    if accept is None:
-        return
+    if callable(getattr(handshake, "accept", None)):
+        handshake.__class__ = _accepting_class(type(handshake))
+
+
+@functools.cache
+def _accepting_class(base: type) -> type:
+    class AcceptingWithCloseFrames(base):  # type: ignore[misc, valid-type]
+        def accept(self, *args: Any, **kwargs: Any) -> Any:
+            status, headers, conn = super().accept(*args, **kwargs)
+            if hasattr(conn, "_state"):
+                conn.__class__ = _closing_class(type(conn))
+            return status, headers, conn
+
+    return AcceptingWithCloseFrames
+
+
+@functools.cache
+def _closing_class(base: type) -> type:
     from wsproto.connection import ConnectionState
     from wsproto.events import CloseConnection, Message
     from wsproto.frame_protocol import CloseReason
 
-    def accept_failing_with_close_frame(*args: Any, **kwargs: Any) -> Any:
-        status, headers, conn = accept(*args, **kwargs)
-        events = conn.events
+    class FailingWithCloseFrame(base):  # type: ignore[misc, valid-type]
         # The type of the message whose final fragment is still to come. Kept across
         # calls: a message's parts arrive over several reads, and hypercorn may stop
         # iterating half-way (its 1009 `break`).
-        partial: list[type | None] = [None]
+        _partial: type | None = None
 
-        def failing_with_close_frame() -> Any:
-            for event in events():
+        def events(self) -> Any:
+            for event in super().events():
                 if isinstance(event, Message):
-                    if conn.state is not ConnectionState.OPEN:
+                    if self.state is not ConnectionState.OPEN:
                         continue  # closing: nothing more reaches hypercorn's buffer or the app
-                    if partial[0] is not None and type(event) is not partial[0]:
-                        conn._state = ConnectionState.REMOTE_CLOSING
+                    if self._partial is not None and type(event) is not self._partial:
+                        self._state = ConnectionState.REMOTE_CLOSING
                         yield CloseConnection(code=CloseReason.PROTOCOL_ERROR, reason="a new message inside a fragmented one")
                         return
-                    partial[0] = None if event.message_finished else type(event)
-                elif isinstance(event, CloseConnection) and conn.state is ConnectionState.OPEN:
-                    conn._state = ConnectionState.REMOTE_CLOSING
+                    self._partial = None if event.message_finished else type(event)
+                elif isinstance(event, CloseConnection) and self.state is ConnectionState.OPEN:
+                    self._state = ConnectionState.REMOTE_CLOSING
                 yield event
 
-        if hasattr(conn, "_state"):
-            conn.events = failing_with_close_frame
-        return status, headers, conn
-
-    handshake.accept = accept_failing_with_close_frame
+    return FailingWithCloseFrame
 
 
 class FrameQueue:
