@@ -27,6 +27,7 @@ from bridge.core import events as ev
 from bridge.core.content import TextContent
 from bridge.session import Session, SessionManager
 from bridge.store.memory import MemoryStore
+from test_session import Recorder
 
 CEILING_S = 30
 
@@ -47,20 +48,6 @@ async def running(config: Config, store: MemoryStore | None = None) -> AsyncIter
         await nursery.start(manager.run)
         yield manager
         nursery.cancel_scope.cancel()
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[ev.Event] = []
-
-    def deliver(self, event: ev.Event) -> None:
-        self.events.append(event)
-
-    def congested(self) -> bool:
-        return False
-
-    async def wait_uncongested(self) -> None:
-        pass
 
 
 def session_tasks(manager: SessionManager) -> int:

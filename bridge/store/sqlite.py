@@ -23,7 +23,7 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 
@@ -43,6 +43,12 @@ from bridge.store.sqlite_schema import SCHEMA_VERSION
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SqliteStore"]
 
 _T = TypeVar("_T")
+
+
+def _filters(*pairs: tuple[str, object]) -> tuple[list[str], list[object]]:
+    """The WHERE clauses (constant SQL) and parameters of the filters whose value is given."""
+    given = [(clause, value) for clause, value in pairs if value is not None]
+    return [clause for clause, _ in given], [value for _, value in given]
 
 
 class SqliteStore:
@@ -181,14 +187,7 @@ class SqliteStore:
     async def list_sessions(
         self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0
     ) -> tuple[list[SessionRecord], int]:
-        clauses: list[str] = []
-        params: list[object] = []
-        if route is not None:
-            clauses.append("route = ?")
-            params.append(route)
-        if cwd is not None:
-            clauses.append("cwd = ?")
-            params.append(cwd)
+        clauses, params = _filters(("route = ?", route), ("cwd = ?", cwd))
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         count_sql = f"SELECT COUNT(*) FROM sessions {where}"
         page_sql = (
@@ -282,17 +281,9 @@ class SqliteStore:
         self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
         limit: int = 50, cursor: tuple[float, str] | None = None,
     ) -> TaskPage:  # fmt: skip
-        clauses: list[str] = ["route = ?"]
-        params: list[Any] = [route]
-        if context_id is not None:
-            clauses.append("context_id = ?")
-            params.append(context_id)
-        if state is not None:
-            clauses.append("state = ?")
-            params.append(state)
-        if after_ts is not None:
-            clauses.append("status_ts > ?")
-            params.append(after_ts)
+        clauses, params = _filters(
+            ("route = ?", route), ("context_id = ?", context_id), ("state = ?", state), ("status_ts > ?", after_ts)
+        )
         where = " AND ".join(clauses)
         count_sql = f"SELECT COUNT(*) FROM tasks WHERE {where}"
         page_where, page_params = where, list(params)
