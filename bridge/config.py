@@ -29,6 +29,7 @@ from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
 
 __all__ = [
     "AcpAuth",
+    "ClusterConfig",
     "Config",
     "ConfigStruct",
     "DaemonConfig",
@@ -237,6 +238,24 @@ class StoreConfig(ConfigStruct):
     # turn open or live in the daemon), about hourly, in small chunks (bridge/store/retention.py);
     # also what `agent-bridge store prune` uses without --older-than. None: kept forever.
     retention_days: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    # A PostgreSQL store instead of SQLite (issue 17: several daemons share it): a libpq
+    # URL (`postgresql://user@host/db`, a unix socket as `?host=/run/postgresql`), or
+    # the name of an environment variable or a file holding one (the URL carries the
+    # password: keep it out of the config file). At most one of the three.
+    url: str | None = None
+    url_env: str | None = None
+    url_file: str | None = None
+
+
+class ClusterConfig(ConfigStruct):
+    """Several daemons on one PostgreSQL store (bridge/cluster/): each session's live
+    turn and back run on the instance holding its lease; the others forward to it."""
+
+    # An instance that stops renewing (killed, cut off) loses its leases and its running
+    # turns are ended as interrupted within this bound; it renews every third of it.
+    lease_ttl_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 10.0
+    # How long a command forwarded to the owning instance may wait for its answer.
+    forward_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 15.0
 
 
 
@@ -248,6 +267,7 @@ class Config(ConfigStruct):
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
     daemon: DaemonConfig = DaemonConfig()
+    cluster: ClusterConfig = ClusterConfig()
     # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []

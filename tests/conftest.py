@@ -36,3 +36,22 @@ def clean_env(state_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BRIDGE_")}
     env["XDG_STATE_HOME"] = state_dir
     return env
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One throwaway PostgreSQL server for the whole test run (tests/pg_support.py)."""
+    from tests.pg_support import PgServer
+
+    server = PgServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A new, empty database on that server, for one test."""
+    return pg_server.fresh_db()

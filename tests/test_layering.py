@@ -72,10 +72,11 @@ SANS_IO = ("core", "schema", "codecs")
 APP_MODULES = frozenset(
     {"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli"}
 )
-PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "transport", "prompts", "backs", "session", "fronts"})
+PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts"})
 
 _BELOW_BACKS = frozenset({"prompts", "transport", "store", "codecs", "schema", "core", "config", "registry"})
-_BELOW_APP = _BELOW_BACKS | {"backs", "session", "fronts"}
+_BELOW_SESSION = _BELOW_BACKS | {"backs", "cluster"}
+_BELOW_APP = _BELOW_SESSION | {"session", "fronts"}
 
 # layer -> the layers it may import (besides itself and `EVERYONE_MAY_IMPORT`).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -89,10 +90,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Settings import only settings (and the registry, to build the union of back kinds).
     "config": frozenset({"core", "registry"}),
     "store": frozenset({"core", "config"}),
+    # Several instances on one store: leases, forwarded commands, notifications.
+    "cluster": frozenset({"store", "core", "config"}),
     "transport": frozenset({"codecs", "schema", "core", "config"}),
     "prompts": frozenset({"transport", "codecs", "schema", "core", "config"}),
     "backs": _BELOW_BACKS,
-    "session": _BELOW_BACKS | {"backs"},
+    "session": _BELOW_SESSION,
     "fronts": _BELOW_BACKS | {"session"},  # never backs: fronts meet backs only in a session
     "app": _BELOW_APP,
     "cli": _BELOW_APP | {"app"},

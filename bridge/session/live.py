@@ -339,8 +339,9 @@ class Session(TurnRunner, Journal):
 
     # -- turns ----------------------------------------------------------------------
     def start_turn(
-        self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None
-    ) -> Turn:
+        self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
+        turn_id: str | None = None,
+    ) -> Turn:  # fmt: skip
         """Begin a turn now (synchronously, so a cancel that follows finds it).
 
         `message_id` and `meta` are the client's own (A2A `Message.messageId`,
@@ -355,7 +356,7 @@ class Session(TurnRunner, Journal):
             raise BackUnavailable(self.manager.refusal)
         back_commands = [c.name for c in self.back.info.commands]
         invocation = self.manager.prompts.resolve(self.record.route, content, back_commands)  # InvalidParams: no turn
-        turn = Turn(self, new_id(), content, message_id=message_id, message_meta=meta)
+        turn = Turn(self, turn_id or new_id(), content, message_id=message_id, message_meta=meta)
         turn.invocation = invocation
         self.turn = turn
         self.last_used = trio.current_time()
@@ -372,6 +373,24 @@ class Session(TurnRunner, Journal):
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
         self._spawn(self._run_turn, turn)
         return turn
+
+    # -- commands as a front sends them (bridge/session/remote.py has the same, forwarded) --
+    async def begin_turn(
+        self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
+        turn_id: str | None = None,
+    ) -> Turn:  # fmt: skip
+        """`start_turn`, awaitable: on another instance's session (`RemoteSession`) the
+        owner starts it and answers. `turn_id`: chosen by a forwarding instance."""
+        return self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id)
+
+    async def send_answer(self, question_id: str, **answer: Any) -> None:
+        """`answer`, awaitable: its errors (no such question, an answer that does not fit)
+        reach the caller even when the question is open on another instance."""
+        self.answer(question_id, **answer)
+
+    async def send_cancel(self) -> bool:
+        """`cancel`, awaitable: whether a running turn was asked to stop."""
+        return self.cancel()
 
     async def _ensure_back(self) -> BackSession:
         if self._back_lock is None:

@@ -1,0 +1,166 @@
+"""Several instances in one process, for tests: the reference of `Cluster`'s behaviour.
+
+A `MemoryHub` is what PostgreSQL is to `PgCluster`: the leases, the live instances, the
+notifications. `hub.store(inner)` wraps a store so that each `save` with a batch (and
+each `close_cut_turns`) wakes the session's watches on every instance, as PgStore's
+`NOTIFY` does. Commands are encoded and decoded on the way, as they are on the wire.
+Time is trio's clock, so tests may move it with `trio.testing.MockClock`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from bridge.cluster.base import (
+    Command,
+    CommandHandler,
+    OwnerGone,
+    Reply,
+    decode_command,
+    decode_reply,
+    encode,
+    reply_error,
+)
+from bridge.store import Store
+
+__all__ = ["MemoryCluster", "MemoryHub"]
+
+
+class _HubWatch:
+    def __init__(self, hub: MemoryHub, session_id: str) -> None:
+        self.hub, self.session_id = hub, session_id
+        self.notified = 0
+        self._event = trio.Event()
+        hub._watches.setdefault(session_id, set()).add(self)
+
+    def _notify(self, last_seq: int) -> None:
+        if last_seq > self.notified:
+            self.notified = last_seq
+            self._event.set()
+
+    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            while self.notified <= seq:
+                self._event = trio.Event()
+                await self._event.wait()
+
+    def close(self) -> None:
+        watches = self.hub._watches.get(self.session_id)
+        if watches is not None:
+            watches.discard(self)
+            if not watches:
+                del self.hub._watches[self.session_id]
+
+
+class _NotifyingStore:
+    """The store, with a notification after each write that adds events."""
+
+    def __init__(self, hub: MemoryHub, inner: Store) -> None:
+        self._hub, self._inner = hub, inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def save(self, session: Any, **kw: Any) -> None:
+        await self._inner.save(session, **kw)
+        if kw.get("batch") is not None:
+            self._hub.notify(session.session_id, session.last_seq)
+
+    async def close_cut_turns(self) -> list[Any]:
+        closed = await self._inner.close_cut_turns()
+        for turn in closed:
+            if turn.last_seq is not None:
+                self._hub.notify(turn.session_id, turn.last_seq)
+        return closed
+
+
+class MemoryHub:
+    def __init__(self, lease_ttl_s: float = 10.0) -> None:
+        self.lease_ttl_s = lease_ttl_s
+        self.leases: dict[str, tuple[str, float]] = {}  # session id -> (instance, expires at)
+        self.instances: dict[str, MemoryCluster] = {}  # the running ones
+        self._watches: dict[str, set[_HubWatch]] = {}
+
+    def store(self, inner: Store) -> Store:
+        return _NotifyingStore(self, inner)  # type: ignore[return-value]
+
+    def notify(self, session_id: str, last_seq: int) -> None:
+        for w in list(self._watches.get(session_id, ())):
+            w._notify(last_seq)
+
+    def instance(self, instance_id: str, *, forward_timeout_s: float = 15.0) -> MemoryCluster:
+        return MemoryCluster(self, instance_id, forward_timeout_s=forward_timeout_s)
+
+    def kill(self, instance_id: str) -> None:
+        """As `kill -9`: the instance answers nothing more; its leases expire in time."""
+        cluster = self.instances.pop(instance_id, None)
+        if cluster is not None:
+            cluster._dead = True
+
+
+class MemoryCluster:
+    solo = False
+
+    def __init__(self, hub: MemoryHub, instance_id: str, *, forward_timeout_s: float = 15.0) -> None:
+        self.hub, self.instance_id = hub, instance_id
+        self.forward_timeout_s = forward_timeout_s
+        self.on_lost: Callable[[str], None] = lambda sid: None
+        self._handler: CommandHandler | None = None
+        self._dead = False
+        self.counts = {"forwarded": 0, "served": 0, "forward_failures": 0}
+
+    async def run(self, handler: CommandHandler, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._handler = handler
+        self.hub.instances[self.instance_id] = self
+        task_status.started()
+        try:
+            while not self._dead:
+                now = trio.current_time()
+                for sid, (owner, _) in list(self.hub.leases.items()):
+                    if owner == self.instance_id:
+                        self.hub.leases[sid] = (owner, now + self.hub.lease_ttl_s)
+                await trio.sleep(self.hub.lease_ttl_s / 3)
+        finally:
+            if self.hub.instances.get(self.instance_id) is self:
+                del self.hub.instances[self.instance_id]
+
+    async def acquire(self, session_id: str) -> str | None:
+        now = trio.current_time()
+        held = self.hub.leases.get(session_id)
+        if held is not None and held[0] != self.instance_id and held[1] > now and held[0] in self.hub.instances:
+            return held[0]
+        self.hub.leases[session_id] = (self.instance_id, now + self.hub.lease_ttl_s)
+        return None
+
+    async def release(self, session_id: str) -> None:
+        held = self.hub.leases.get(session_id)
+        if held is not None and held[0] == self.instance_id:
+            del self.hub.leases[session_id]
+
+    async def forward(self, owner: str, command: Command) -> Reply:
+        command.origin = self.instance_id
+        target = self.hub.instances.get(owner)
+        if target is None or target._handler is None:
+            self.counts["forward_failures"] += 1
+            raise OwnerGone(f"instance {owner} is gone; its sessions move to another instance within the lease time")
+        self.counts["forwarded"] += 1
+        wire = decode_command(encode(command))
+        with trio.move_on_after(self.forward_timeout_s):
+            try:
+                reply = await target._handler(wire)
+            except Exception as exc:  # the handler's own boundary failed: still an answer
+                reply = reply_error(exc)
+            target.counts["served"] += 1
+            return decode_reply(encode(reply))
+        self.counts["forward_failures"] += 1
+        raise OwnerGone(f"instance {owner} did not answer in {self.forward_timeout_s:g} s")
+
+    def watch(self, session_id: str) -> _HubWatch:
+        return _HubWatch(self.hub, session_id)
+
+    def stats(self) -> dict[str, int]:
+        leases = sum(1 for owner, _ in self.hub.leases.values() if owner == self.instance_id)
+        return {"leases": leases, **self.counts}
