@@ -34,6 +34,7 @@ from typing import Any
 
 import trio
 
+from bridge.cluster.base import Cluster, Command, Moved, Reply, SoloCluster, reply_error
 from bridge.backs.base import Back
 from bridge.config import Config, Route
 from bridge.core.events import Event, decode_events
@@ -64,9 +65,13 @@ _IDLE_CHECK_MIN_S = 1.0
 class SessionManager:
     """Creates, finds and runs sessions; owns their nursery."""
 
-    def __init__(self, config: Config, store: Store, make_back: Callable[[str, Route], Back]) -> None:
+    def __init__(
+        self, config: Config, store: Store, make_back: Callable[[str, Route], Back], *, cluster: Cluster | None = None
+    ) -> None:
         self.config = config
         self.store = store
+        # The instances sharing the store (bridge/cluster/): who runs which session live.
+        self.cluster: Cluster = cluster or SoloCluster()
         self._make_back = make_back
         self._backs: dict[str, Back] = {}
         self._live: dict[str, Session] = {}
@@ -354,6 +359,11 @@ class SessionManager:
             after_seq = found[-1].last_seq
             if through_seq is not None and after_seq >= through_seq:
                 return
+
+    async def serve_command(self, command: Command) -> Reply:
+        """Run a command another instance forwarded for a session whose lease is ours
+        (bridge/cluster/base.py); `Reply(error="Moved")` when it is not ours."""
+        return reply_error(Moved(f"session {command.session_id} is not live on this instance"))
 
     async def close_all(self) -> None:
         for session in list(self._live.values()):
