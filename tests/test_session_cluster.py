@@ -138,6 +138,10 @@ async def test_a_killed_owner_s_turn_ends_interrupted_and_the_session_moves() ->
             hub.kill("a")  # as kill -9: answers nothing more, renews nothing
             with pytest.raises(BackUnavailable):  # its lease has not expired yet
                 await on_b.send_cancel()
+            b._remote.clear()  # a client arriving now: the session is followed, its owner silent
+            late = await b.get(on_a.id)
+            assert isinstance(late, RemoteSession) and late.owner == "a" and late.commands() == []
+            on_b = late
             # What survivors do once its lease is gone (PgCluster's sweep):
             while hub.leases.get(on_a.id, ("a", 0.0))[1] > trio.current_time():
                 await trio.sleep(0.05)

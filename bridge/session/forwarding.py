@@ -155,9 +155,10 @@ class Forwarding:
         return self._options
 
     async def describe(self) -> None:
-        """What only the owner knows: its commands and options (read once, then followed)."""
-        reply = await self._send(DescribeCmd(session_id=self.id))
-        if reply is not None:
+        """What only the owner knows: its commands and options (asked once, then followed
+        from the events). Not answered: none yet; a command will find where it lives."""
+        reply = await self.manager.cluster.forward(self.owner, DescribeCmd(session_id=self.id))
+        if reply.error is None:
             self._commands, self._options = reply.commands or [], reply.options or []
 
     def commands(self) -> list[CommandInfo]:

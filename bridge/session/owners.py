@@ -78,11 +78,11 @@ class Owners:
             raise NotFound(f"unknown session {session_id!r}")
         if record.route not in self.config.routes:
             raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        old = self._remote.get(session_id)  # following an owner that let it go
         remote = RemoteSession(self, record, owner, self.config.routes[record.route])  # type: ignore[arg-type]
         await remote.start()
-        old = self._remote.get(session_id)
         self._remote[session_id] = remote
-        if old is not None and not old.closed:
+        if old is not None and old is not remote and not old.closed:
             await old.hand_on(remote)
         return remote
 
@@ -99,9 +99,7 @@ class Owners:
                 f"the instance running session {remote.id} does not answer; if it stopped, another "
                 f"instance takes the session over within {ttl:g} s: retry then"
             )
-        if owner is None:
-            await self.cluster.release(remote.id)  # `get` takes it again as it loads it
-        home = await self.get(remote.id)  # type: ignore[attr-defined]
+        home = await self.get(remote.id)  # the lease ours (`get` loads it here) or another's  # type: ignore[attr-defined]
         if home is not remote:
             await remote.hand_on(home)
 
