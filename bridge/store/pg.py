@@ -229,16 +229,22 @@ class PgStore:
         if cursor is not None:  # keyset: after the last task of the page before (`<=`: a bound the index uses)
             page_where += " AND status_ts <= %s AND (status_ts < %s OR (status_ts = %s AND task_id > %s))"
             page_params += [cursor[0], cursor[0], cursor[0], cursor[1]]
-        sql = (
-            f"WITH p AS (SELECT {TASK_COLUMNS} FROM tasks WHERE {page_where} ORDER BY status_ts DESC, task_id LIMIT %s) "
-            f"SELECT (SELECT COUNT(*) FROM tasks WHERE {where}), p.* FROM (SELECT 1) one LEFT JOIN p ON true "
-            "ORDER BY p.status_ts DESC, p.task_id"
+        count_sql = f"SELECT COUNT(*) FROM tasks WHERE {where}"
+        # The total beside each row of the page (computed once: an InitPlan), so a page
+        # is one statement, read in the index's order; an empty page counts apart.
+        page_sql = (
+            f"SELECT ({count_sql}), {TASK_COLUMNS} FROM tasks WHERE {page_where} ORDER BY status_ts DESC, task_id LIMIT %s"
         )
-        rows = await self._run(lambda c: c.execute(sql, [*page_params, limit + 1, *params]).fetchall())
-        found = [task_record(r[1:]) for r in rows if r[1] is not None]
+
+        def body(c: Any) -> tuple[list[tuple[Any, ...]], int]:
+            rows = c.execute(page_sql, [*params, *page_params, limit + 1]).fetchall()
+            return rows, rows[0][0] if rows else c.execute(count_sql, params).fetchone()[0]
+
+        rows, total = await self._run(body)
+        found = [task_record(r[1:]) for r in rows]
         more = len(found) > limit
         found = found[:limit]
-        return TaskPage(tasks=found, total=rows[0][0], next=(found[-1].status_ts, found[-1].task_id) if more and found else None)
+        return TaskPage(tasks=found, total=total, next=(found[-1].status_ts, found[-1].task_id) if more and found else None)
 
     async def close_cut_turns(self) -> list[TurnRecord]:
         me, ttl = self.owner, self._lease_ttl_s

@@ -41,7 +41,12 @@ _INSTANCES = Table("instances", (
 
 def schema_version(c: Any) -> int:
     """The database's schema version; 0 for a database with no store in it."""
-    (found,) = c.execute("SELECT to_regclass('bridge_meta') IS NOT NULL").fetchone()
+    # The catalog read as a table, in the statement's snapshot: `to_regclass` would answer
+    # from this backend's cache, which an advisory lock does not refresh, and miss a
+    # table another daemon created while this one waited for the lock.
+    (found,) = c.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'bridge_meta')"
+    ).fetchone()
     if not found:
         return 0
     row = c.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone()
