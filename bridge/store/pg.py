@@ -46,7 +46,7 @@ _MAX_SEQ = 2**62
 _PUT_SESSION_STATES = (
     f"WITH s AS ({PUT_SESSION}), d AS (DELETE FROM front_states WHERE session_id = %s AND key <> ALL(%s::text[])) "
     + upsert("front_states", "session_id, key, data", "session_id, key", "SELECT %s, * FROM unnest(%s::text[], %s::text[])")
-)
+)  # arrays: a session is put whole once, when it is made
 _REGISTER = (
     f"INSERT INTO instances (instance_id, started_at, expires_at, host, pid) VALUES (%s, {DB_NOW}, {DB_NOW} + %s, %s, %s) "
     f"ON CONFLICT (instance_id) DO UPDATE SET expires_at = EXCLUDED.expires_at"

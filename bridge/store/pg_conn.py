@@ -1,11 +1,11 @@
 """The PostgreSQL store's connections: a small pool, each call in a worker thread, and
 what psycopg raises translated into the bridge's errors.
 
-psycopg 3's synchronous API, called through `trio.to_thread.run_sync`: its async API
-runs on asyncio only, and the daemon runs on trio (as the SQLite store calls sqlite3
-from a thread of its own). A `trio.CapacityLimiter` of `pool_size` bounds the calls in
-flight, each on a connection of its own taken from the idle ones or made for it; a
-connection that broke is closed, never given back.
+psycopg 3's synchronous API, each connection called from a thread of its own: its
+async API runs on asyncio only, and the daemon runs on trio (as the SQLite store calls
+sqlite3 from a thread of its own). A `trio.CapacityLimiter` of `pool_size` bounds the
+calls in flight, each on a connection of its own taken from the idle ones or made for
+it; a connection that broke is closed and made again for the next call.
 
 Nothing waits forever: connecting gives up after `CONNECT_TIMEOUT_S`, a statement after
 `STATEMENT_TIMEOUT_MS` and a lock wait after `LOCK_TIMEOUT_MS` (PostgreSQL runtime
@@ -18,7 +18,9 @@ The URL carries the password: no repr, log line or error shows it (`redact`).
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 import urllib.parse
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -126,60 +128,106 @@ def connect(url: str) -> Any:
     return conn
 
 
+class _Job:
+    __slots__ = ("fn", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Worker:
+    """One connection and the thread of its own that runs calls on it, one at a time:
+    a call costs a queue put and a wake-up each way (`trio.to_thread` costs twice as
+    much CPU, measured). The connection is made at the first call, and made again at
+    the next call after it broke."""
+
+    def __init__(self, url: str, token: trio.lowlevel.TrioToken) -> None:
+        self._url, self._token = url, token
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._serve, name="bridge-store-pg", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: _Job) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            self._run(job)
+            try:
+                self._token.run_sync_soon(job.done.set)
+            except trio.RunFinishedError:  # the loop is gone (a forced exit): nobody waits
+                break
+        if self._conn is not None:
+            self._conn.close()
+
+    def _run(self, job: _Job) -> None:
+        try:
+            if self._conn is not None and _broken(self._conn):
+                self._conn.close()
+                self._conn = None
+            if self._conn is None:
+                self._conn = connect(self._url)
+            job.result = job.fn(self._conn)
+        except BaseException as exc:  # each call's outcome is in its job
+            job.error = exc
+            if self._conn is not None:
+                _rollback(self._conn)
+
+
 class Pool:
-    """At most `size` connections, each used by one call at a time in a worker thread."""
+    """At most `size` connections, each used by one call at a time in its own thread."""
 
     def __init__(self, url: str, size: int) -> None:
         self._url = url
+        self._size = size
         self._limiter = trio.CapacityLimiter(size)
-        self._idle: list[Any] = []
+        self._idle: list[_Worker] = []
+        self._all: list[_Worker] = []
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"Pool({redact(self._url)!r}, idle={len(self._idle)})"
+        return f"Pool({redact(self._url)!r}, connections={len(self._all)})"
 
     async def run(self, fn: Callable[[Any], _T]) -> _T:
-        """`fn(connection)` in a worker thread; psycopg's errors translated. Waiting for
-        a connection can be cancelled (nothing ran yet); a call that started runs to its
-        end (its outcome is never lost), the cancellation landing after it."""
+        """`fn(connection)` in the connection's thread; psycopg's errors translated.
+        Waiting for a connection can be cancelled (nothing ran yet); a call that started
+        runs to its end (its outcome is never lost), the cancellation landing after it."""
         async with self._limiter:
             if self._closed:
                 raise InternalError("the store is not open")
-            idle = self._idle.pop() if self._idle else None
-            url = self._url
-
-            def work() -> tuple[Any, Exception | None, Any]:
-                conn = idle
-                if conn is not None and _broken(conn):
-                    conn.close()
-                    conn = None
-                if conn is None:
-                    conn = connect(url)  # its failure is the call's: no connection to give back
-                try:
-                    return conn, None, fn(conn)
-                except Exception as exc:
-                    _rollback(conn)
-                    return conn, exc, None
-
-            try:
-                conn, error, result = await trio.to_thread.run_sync(work, abandon_on_cancel=False)
-            except Exception as exc:
-                raise translate(exc, url) from exc
-            if self._closed or _broken(conn):
-                conn.close()
+            worker = self._idle.pop() if self._idle else None
+            if worker is None:
+                worker = _Worker(self._url, trio.lowlevel.current_trio_token())
+                self._all.append(worker)
+            job = _Job(fn)
+            worker.submit(job)
+            with trio.CancelScope(shield=True):
+                await job.done.wait()
+            if self._closed:
+                worker.stop()
             else:
-                self._idle.append(conn)
-            if error is not None:
-                if isinstance(error, BridgeError):
-                    raise error
-                raise translate(error, url) from error
-            return result  # type: ignore[no-any-return]
+                self._idle.append(worker)
+        if job.error is not None:
+            if isinstance(job.error, BridgeError):
+                raise job.error
+            if not isinstance(job.error, Exception):
+                raise job.error
+            raise translate(job.error, self._url) from job.error
+        return job.result  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        """No new call; each connection closes once its call (if any) is done."""
         self._closed = True
         idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        for worker in idle:
+            worker.stop()
 
 
 def _broken(conn: Any) -> bool:

@@ -1,10 +1,9 @@
 """The PostgreSQL store's statements, and records to parameters and back.
 
 Records become rows with SQLite's row code (bridge/store/sqlite_rows.py: the same
-columns and JSON encodings). A write of several rows binds one array per column and
-inserts `unnest(...)` of them, so its statement's text never depends on how many
-rows it writes and PostgreSQL plans it once (psycopg prepares a statement it runs
-often, `prepare_threshold`). A store flush is ONE statement (`save_statement`):
+columns and JSON encodings). psycopg prepares a statement it runs often
+(`prepare_threshold`), so each statement's text is constant or one of a few shapes.
+A store flush is ONE statement (`save_statement`):
 data-modifying WITH queries (PostgreSQL 7.8.4) for the session, turns, tasks, front
 states and the batch, and `pg_notify` in the same statement, delivered at its commit
 (PostgreSQL NOTIFY: "not delivered until and unless the transaction is committed").
@@ -25,16 +24,16 @@ from bridge.store.sqlite_rows import (
 )  # fmt: skip
 
 __all__ = [
-    "EVENTS_CHANNEL", "PUT_SESSION", "SESSION_COLUMNS", "SESSION_WITH_STATES", "TASK_COLUMNS", "TURN_COLUMNS",
-    "save_params", "save_statement", "sessions_with_states", "task_arrays", "turn_arrays", "upsert",
+    "EVENTS_CHANNEL", "PUT_BATCH", "PUT_SESSION", "PUT_TURN", "SESSION_COLUMNS", "SESSION_WITH_STATES", "TASK_COLUMNS",
+    "TURN_COLUMNS", "save_params", "save_statement", "sessions_with_states", "upsert", "values",
 ]  # fmt: skip
 
 # What every write of a batch notifies: "<session_id> <last_seq>" (bridge/cluster/).
 EVENTS_CHANNEL = "bridge_events"
 
 _STATE_DECODER = msgspec.json.Decoder(dict[str, object])
-_TURN_TYPES = ("text", "text", "float8", "int8", "float8", "int8", "text", "text", "text", "int8", "text")
-_TASK_TYPES = ("text", "text", "text", "text", "float8", "text", "text", "float8", "text")
+_TURN_OWNER_COLUMNS = f"{TURN_COLUMNS}, owner"
+_STATE_COLUMNS = "session_id, key, data"
 
 
 def _names(columns: str) -> list[str]:
@@ -47,56 +46,40 @@ def upsert(table: str, columns: str, key: str, source: str) -> str:
     return f"INSERT INTO {table} ({columns}) {source} ON CONFLICT ({key}) DO UPDATE SET {rest}"
 
 
-def _values(n: int) -> str:
-    return "VALUES (" + ", ".join(["%s"] * n) + ")"
+def values(columns: str, rows: int = 1) -> str:
+    """`VALUES (%s, ...), ...`: `rows` rows of `columns`' placeholders. Rows as VALUES,
+    not arrays to `unnest`: each parameter takes its column's type, and psycopg dumps
+    scalars several times faster than lists."""
+    one = "(" + ", ".join(["%s"] * len(_names(columns))) + ")"
+    return "VALUES " + ", ".join([one] * rows)
 
 
-def _unnest(types: Sequence[str]) -> str:
-    return "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in types) + ")"
-
-
-PUT_SESSION = upsert("sessions", SESSION_COLUMNS, "session_id", _values(len(_names(SESSION_COLUMNS))))
-_TURN_OWNER_COLUMNS = f"{TURN_COLUMNS}, owner"
-PUT_TURN = upsert("turns", _TURN_OWNER_COLUMNS, "turn_id", _values(len(_TURN_TYPES)))
-_PUT_TURNS = upsert("turns", _TURN_OWNER_COLUMNS, "turn_id", _unnest(_TURN_TYPES))
-_PUT_TASKS = upsert("tasks", TASK_COLUMNS, "task_id", _unnest(_TASK_TYPES))
-_PUT_STATES = upsert("front_states", "session_id, key, data", "session_id, key", "SELECT %s, * FROM unnest(%s::text[], %s::text[])")
-_DROP_STATES = "DELETE FROM front_states WHERE session_id = %s AND key = ANY(%s::text[])"
+PUT_SESSION = upsert("sessions", SESSION_COLUMNS, "session_id", values(SESSION_COLUMNS))
+PUT_TURN = upsert("turns", _TURN_OWNER_COLUMNS, "turn_id", values(_TURN_OWNER_COLUMNS))
 PUT_BATCH = "INSERT INTO events (session_id, first_seq, last_seq, blob) VALUES (%s, %s, %s, %s)"
 # A session and its states in one read: one row per state (NULLs for a session with none).
 SESSION_WITH_STATES = ", ".join(f"s.{c}" for c in _names(SESSION_COLUMNS)) + ", f.key, f.data"
 
 
 @functools.cache
-def save_statement(turns: bool, tasks: bool, put: bool, drop: bool, batch: bool) -> str:
-    """The one statement of a `save` writing what is present (a few constant texts)."""
+def save_statement(turns: int, tasks: int, put: int, drop: int, batch: bool) -> str:
+    """The one statement of a `save` writing so many rows of each (a typical flush:
+    the session, a turn or none, the batch). Its text depends on the counts only, so
+    the few shapes flushes take are each planned once."""
     parts = [("s", PUT_SESSION)]
-    parts += [("t", _PUT_TURNS)] if turns else []
-    parts += [("k", _PUT_TASKS)] if tasks else []
-    parts += [("p", _PUT_STATES)] if put else []
-    parts += [("d", _DROP_STATES)] if drop else []
-    parts += [("e", PUT_BATCH)] if batch else []
+    if turns:
+        parts.append(("t", upsert("turns", _TURN_OWNER_COLUMNS, "turn_id", values(_TURN_OWNER_COLUMNS, turns))))
+    if tasks:
+        parts.append(("k", upsert("tasks", TASK_COLUMNS, "task_id", values(TASK_COLUMNS, tasks))))
+    if put:
+        parts.append(("p", upsert("front_states", _STATE_COLUMNS, "session_id, key", values(_STATE_COLUMNS, put))))
+    if drop:
+        keys = ", ".join(["%s"] * drop)
+        parts.append(("d", f"DELETE FROM front_states WHERE session_id = %s AND key IN ({keys})"))
+    if batch:
+        parts.append(("e", PUT_BATCH))
     last = f"SELECT pg_notify('{EVENTS_CHANNEL}', %s)" if batch else "SELECT 1"
     return "WITH " + ", ".join(f"{name} AS ({sql})" for name, sql in parts) + " " + last
-
-
-def _columns(rows: Sequence[tuple[Any, ...]], types: Sequence[str]) -> list[list[Any]]:
-    """Rows as one list per column, each of one Python type (psycopg dumps a list by
-    its first item: an int among floats must be a float)."""
-    cast = {"float8": float, "int8": int, "text": str}
-    return [[None if v is None else cast[t](v) for v in column] for column, t in zip(zip(*rows), types, strict=True)]
-
-
-def turn_arrays(turns: Sequence[TurnRecord], owner: str | None) -> list[list[Any]]:
-    # Last one wins, as one INSERT OR REPLACE after another would (ON CONFLICT DO UPDATE
-    # cannot touch a row twice in one statement).
-    rows = list({t.turn_id: turn_row(t, owner) for t in turns}.values())
-    return _columns(rows, _TURN_TYPES)
-
-
-def task_arrays(tasks: Sequence[TaskRecord]) -> list[list[Any]]:
-    rows = list({t.task_id: task_row(t) for t in tasks}.values())
-    return _columns(rows, _TASK_TYPES)
 
 
 def save_params(
@@ -106,18 +89,18 @@ def save_params(
     """The statement and parameters of one `save`."""
     sid = session.session_id
     put, drop = state_rows(session, states)
+    # Last one wins, as one INSERT OR REPLACE after another would (ON CONFLICT DO UPDATE
+    # cannot touch a row twice in one statement).
+    turn_rows = list({t.turn_id: turn_row(t, owner) for t in turns}.values())
+    task_rows = list({t.task_id: task_row(t) for t in tasks}.values())
     params: list[Any] = list(session_row(session))
-    if turns:
-        params += turn_arrays(turns, owner)
-    if tasks:
-        params += task_arrays(tasks)
-    if put:
-        params += [sid, [k for _, k, _ in put], [d for _, _, d in put]]
+    for row in (*turn_rows, *task_rows, *put):
+        params += row
     if drop:
-        params += [sid, [k for _, k in drop]]
+        params += [sid, *(k for _, k in drop)]
     if batch is not None:
         params += [sid, batch[0], batch[1], batch[2], f"{sid} {batch[1]}"]
-    return save_statement(bool(turns), bool(tasks), bool(put), bool(drop), batch is not None), params
+    return save_statement(len(turn_rows), len(task_rows), len(put), len(drop), batch is not None), params
 
 
 def sessions_with_states(rows: Sequence[tuple[Any, ...]], skip: int = 0) -> list[SessionRecord]:
