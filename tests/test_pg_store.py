@@ -301,3 +301,42 @@ def test_store_url_selects_postgresql_from_one_of_three(tmp_path: Any, monkeypat
         with pytest.raises(ConfigError, match=needle) as failed:
             store_url(config)
         assert "pw" not in failed.value.message
+
+
+@pytest.mark.trio
+async def test_flushes_waiting_together_share_a_round_trip_and_one_that_fails_fails_alone(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups: list[int] = []
+    together = pg_conn._Worker._together
+
+    def counting(self: Any, jobs: list[Any]) -> bool:
+        groups.append(len(jobs))
+        return together(self, jobs)
+
+    monkeypatch.setattr(pg_conn._Worker, "_together", counting)
+    store = PgStore(pg_url, pool_size=1)
+    await store.open()
+    try:
+        await store.save(session("s1", last_seq=2), batch=batch(1, 2))
+        failures: list[BaseException] = []
+
+        async def save(n: int) -> None:
+            try:
+                if n == 20:
+                    await store.save(session("s1", last_seq=9), batch=batch(1, 9))  # its first_seq is taken
+                else:
+                    await store.save(session(f"g{n}", last_seq=1), turns=[turn(f"t{n}", f"g{n}")], batch=batch(1, 1))
+            except InternalError as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(40):
+                nursery.start_soon(save, n)
+        assert max(groups) > 1 and sum(groups) <= 40  # shared round trips, not one each
+        assert len(failures) == 1 and "duplicate key" in str(failures[0])
+        assert (await store.list_sessions(limit=0))[1] == 40  # every other one written
+        got = await store.get_session("s1")
+        assert got is not None and got.last_seq == 2  # the failed one moved nothing
+    finally:
+        await store.close()

@@ -196,7 +196,9 @@ class PgStore:
     ) -> None:  # fmt: skip
         events = None if batch is None else (batch.first_seq, batch.last_seq, batch.blob)
         sql, params = save_params(session, turns, tasks, states, events, self.owner or None)
-        await self._run(lambda c: c.execute(sql, params))
+        if self._pool is None:
+            raise InternalError("the store is not open")
+        await self._pool.execute(sql, params)
 
     async def read_batches(
         self, session_id: str, *, after_seq: int = 0, through_seq: int | None = None, limit: int | None = None

@@ -3,9 +3,10 @@ what psycopg raises translated into the bridge's errors.
 
 psycopg 3's synchronous API, each connection called from a thread of its own: its
 async API runs on asyncio only, and the daemon runs on trio (as the SQLite store calls
-sqlite3 from a thread of its own). A `trio.CapacityLimiter` of `pool_size` bounds the
-calls in flight, each on a connection of its own taken from the idle ones or made for
-it; a connection that broke is closed and made again for the next call.
+sqlite3 from a thread of its own). At most `pool_size` calls are in flight, each on a
+connection of its own; calls made meanwhile queue, and the store's flushes waiting
+together go in one round trip (group commit, as the SQLite store's). A connection that
+broke is closed and made again for the next call.
 
 Nothing waits forever: connecting gives up after `CONNECT_TIMEOUT_S`, a statement after
 `STATEMENT_TIMEOUT_MS` and a lock wait after `LOCK_TIMEOUT_MS` (PostgreSQL runtime
@@ -51,6 +52,7 @@ _DEFAULTS = {
 # Appendix A: 40001 serialization_failure, 40P01 deadlock_detected, 55P03
 # lock_not_available, 57014 query_canceled, which statement_timeout raises).
 _BUSY = frozenset({"40001", "40P01", "55P03", "57014"})
+_GROUP_MAX = 64  # statements sent together at most (group commit, `Pool.execute`)
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
@@ -129,105 +131,160 @@ def connect(url: str) -> Any:
 
 
 class _Job:
-    __slots__ = ("fn", "done", "result", "error")
+    """A call waiting for a connection: `fn(connection)`, or a `statement` (text and
+    parameters) that may share one round trip with others (`Pool.execute`)."""
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
+    __slots__ = ("fn", "statement", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[Any], Any] | None, statement: tuple[str, Any] | None = None) -> None:
+        self.fn, self.statement = fn, statement
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
 
 
 class _Worker:
-    """One connection and the thread of its own that runs calls on it, one at a time:
-    a call costs a queue put and a wake-up each way (`trio.to_thread` costs twice as
-    much CPU, measured). The connection is made at the first call, and made again at
-    the next call after it broke."""
+    """One connection and the thread of its own that runs calls on it: a call costs a
+    queue put and a wake-up each way (`trio.to_thread` costs twice as much CPU,
+    measured). The connection is made at the first call, and again at the next call
+    after it broke."""
 
-    def __init__(self, url: str, token: trio.lowlevel.TrioToken) -> None:
-        self._url, self._token = url, token
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+    def __init__(self, url: str, done: Callable[[_Worker, list[_Job]], None]) -> None:
+        self._url, self._done = url, done
+        self._token = trio.lowlevel.current_trio_token()
+        self._jobs: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
         self._conn: Any = None
-        self._thread = threading.Thread(target=self._serve, name="bridge-store-pg", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._serve, name="bridge-store-pg", daemon=True).start()
 
-    def submit(self, job: _Job) -> None:
-        self._jobs.put(job)
+    def submit(self, jobs: list[_Job]) -> None:
+        self._jobs.put(jobs)
 
     def stop(self) -> None:
         self._jobs.put(None)
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            self._run(job)
+        while (jobs := self._jobs.get()) is not None:
+            if len(jobs) == 1 or not self._together(jobs):
+                for job in jobs:
+                    self._run(job)
             try:
-                self._token.run_sync_soon(job.done.set)
+                self._token.run_sync_soon(self._done, self, jobs)
             except trio.RunFinishedError:  # the loop is gone (a forced exit): nobody waits
                 break
         if self._conn is not None:
             self._conn.close()
 
+    def _connection(self) -> Any:
+        if self._conn is not None and _broken(self._conn):
+            self._conn.close()
+            self._conn = None
+        if self._conn is None:
+            self._conn = connect(self._url)
+        return self._conn
+
     def _run(self, job: _Job) -> None:
         try:
-            if self._conn is not None and _broken(self._conn):
-                self._conn.close()
-                self._conn = None
-            if self._conn is None:
-                self._conn = connect(self._url)
-            job.result = job.fn(self._conn)
+            conn = self._connection()
+            if job.fn is not None:
+                job.result = job.fn(conn)
+            else:
+                assert job.statement is not None
+                conn.execute(*job.statement)
         except BaseException as exc:  # each call's outcome is in its job
             job.error = exc
             if self._conn is not None:
                 _rollback(self._conn)
 
+    def _together(self, jobs: list[_Job]) -> bool:
+        """Group commit: the statements in one pipeline (one round trip), which is one
+        implicit transaction until its Sync (PostgreSQL 55.2.4, "Pipelining"). Whether
+        they all committed; if not, nothing did, and each runs again alone (its outcome
+        its own: a failure is rare, a bug or a timeout)."""
+        try:
+            conn = self._connection()
+            with conn.pipeline():
+                for job in jobs:
+                    assert job.statement is not None
+                    conn.execute(*job.statement)
+        except Exception:  # whose it was is found by running each alone
+            if self._conn is not None:
+                _rollback(self._conn)
+            return False
+        return True
+
 
 class Pool:
-    """At most `size` connections, each used by one call at a time in its own thread."""
+    """At most `size` connections, each used by one call at a time in its own thread.
+    Calls wait in one queue; a connection that comes free takes the next call, or all
+    the statements waiting (`execute`) at once."""
 
     def __init__(self, url: str, size: int) -> None:
         self._url = url
         self._size = size
-        self._limiter = trio.CapacityLimiter(size)
+        self._queue: list[_Job] = []
         self._idle: list[_Worker] = []
-        self._all: list[_Worker] = []
+        self._workers = 0
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"Pool({redact(self._url)!r}, connections={len(self._all)})"
+        return f"Pool({redact(self._url)!r}, connections={self._workers})"
 
     async def run(self, fn: Callable[[Any], _T]) -> _T:
-        """`fn(connection)` in the connection's thread; psycopg's errors translated.
-        Waiting for a connection can be cancelled (nothing ran yet); a call that started
-        runs to its end (its outcome is never lost), the cancellation landing after it."""
-        async with self._limiter:
-            if self._closed:
-                raise InternalError("the store is not open")
-            worker = self._idle.pop() if self._idle else None
-            if worker is None:
-                worker = _Worker(self._url, trio.lowlevel.current_trio_token())
-                self._all.append(worker)
-            job = _Job(fn)
-            worker.submit(job)
-            with trio.CancelScope(shield=True):
-                await job.done.wait()
-            if self._closed:
-                worker.stop()
-            else:
-                self._idle.append(worker)
+        """`fn(connection)` in a connection's thread; psycopg's errors translated."""
+        return await self._call(_Job(fn))  # type: ignore[no-any-return]
+
+    async def execute(self, statement: str, params: Any) -> None:
+        """One statement (its own transaction), maybe in one round trip with others."""
+        await self._call(_Job(None, (statement, params)))
+
+    async def _call(self, job: _Job) -> Any:
+        """Queued calls always run (shielded: an outcome is never lost); a cancelled
+        caller sees its cancellation at its next checkpoint."""
+        if self._closed:
+            raise InternalError("the store is not open")
+        self._queue.append(job)
+        self._dispatch()
+        with trio.CancelScope(shield=True):
+            await job.done.wait()
         if job.error is not None:
-            if isinstance(job.error, BridgeError):
-                raise job.error
-            if not isinstance(job.error, Exception):
+            if isinstance(job.error, BridgeError) or not isinstance(job.error, Exception):
                 raise job.error
             raise translate(job.error, self._url) from job.error
-        return job.result  # type: ignore[no-any-return]
+        return job.result
+
+    def _dispatch(self) -> None:
+        while self._queue:
+            if self._idle:
+                worker = self._idle.pop()
+            elif self._workers < self._size:
+                worker = _Worker(self._url, self._finished)
+                self._workers += 1
+            else:
+                return
+            n = 1
+            if self._queue[0].statement is not None:
+                while n < len(self._queue) and n < _GROUP_MAX and self._queue[n].statement is not None:
+                    n += 1
+            jobs, self._queue = self._queue[:n], self._queue[n:]
+            worker.submit(jobs)
+
+    def _finished(self, worker: _Worker, jobs: list[_Job]) -> None:
+        """In the event loop: `worker` ran `jobs`."""
+        for job in jobs:
+            job.done.set()
+        if self._closed and not self._queue:
+            worker.stop()
+            return
+        self._idle.append(worker)
+        self._dispatch()
 
     def close(self) -> None:
-        """No new call; each connection closes once its call (if any) is done."""
+        """No new call; each connection closes once the calls queued are done."""
         self._closed = True
-        idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.stop()
+        if not self._queue:
+            idle, self._idle = self._idle, []
+            for worker in idle:
+                worker.stop()
 
 
 def _broken(conn: Any) -> bool:
