@@ -40,7 +40,7 @@ def default_state_dir() -> str:
 async def open_runtime(config: Config, state_dir: str | None) -> AsyncIterator[SessionManager]:
     """A running SessionManager over an open store; closes both on exit."""
     safejson.configure(max_depth=config.server.max_json_depth)  # every decoder of this process
-    store: Store = open_store(state_dir)
+    store: Store = open_store(config.store, state_dir, lease_ttl_s=config.cluster.lease_ttl_s)
     await store.open()
     try:
         manager = SessionManager(config, store, make_back)

@@ -3,9 +3,10 @@
 `stats` (counts and sizes, `--format json`), `vacuum` (give free space back to the file
 system), `export SESSION` (JSON Lines on stdout, bridge/store/export.py) and
 `prune --older-than DURATION` (bridge/store/retention.py). Each opens the state
-directory's store as another process beside a running daemon would: SQLite's locks
-keep them apart, and a command that cannot get the write lock within the store's busy
-timeout says so and exits 75 (EX_TEMPFAIL: try again). A command never closes a cut
+directory's store (or the PostgreSQL database of `[store] url`) as another process
+beside a running daemon would: SQLite's locks keep them apart, and a command that
+cannot get the write lock within the store's busy timeout (or a database that cannot
+be reached) says so and exits 75 (EX_TEMPFAIL: try again). A command never closes a cut
 turn (only the daemon does, at start) nor deletes a session with an open turn.
 
 The click group is built by `store_commands` with the shared options and config
@@ -28,6 +29,7 @@ __all__ = ["EX_FAILED", "EX_TEMPFAIL", "parse_duration", "store_commands"]
 EX_FAILED = 1  # no store in the state directory, no such session, a store error
 EX_USAGE = 64
 EX_TEMPFAIL = 75  # sysexits.h: the store is busy (another process holds its write lock)
+EX_CONFIG = 78  # sysexits.h: the configuration's [store] is wrong, or the store is newer than us
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
@@ -58,19 +60,39 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _with_store(state_dir: str, work: Callable[[Any], Awaitable[int]]) -> None:
-    """Run `work(store)` on the state directory's store; exit with its status. A store
-    that is not there is not made (a mistyped directory must not look empty)."""
+def _target(config: Any, state_dir: str) -> tuple[str, str | None]:
+    """Where the commands work and how that is shown: the state directory, or with
+    `[store] url` the PostgreSQL database (its URL shown without the password)."""
+    from bridge.errors import ConfigError
+    from bridge.store import store_url
+    from bridge.store.pg_conn import redact
+
+    try:
+        url = store_url(config.store)
+    except ConfigError as exc:
+        _fail(exc.message, EX_CONFIG)
+    return (state_dir, None) if url is None else (redact(url), url)
+
+
+def _with_store(state_dir: str, url: str | None, work: Callable[[Any], Awaitable[int]]) -> None:
+    """Run `work(store)` on the state directory's store (or the PostgreSQL store at
+    `url`); exit with its status. A store that is not there is not made (a mistyped
+    directory must not look empty)."""
     import trio
 
-    from bridge.errors import BridgeError, Overloaded
+    from bridge.errors import BridgeError, ConfigError, Overloaded
     from bridge.store.sqlite import DB_FILENAME, SqliteStore
 
-    if not os.path.isfile(os.path.join(state_dir, DB_FILENAME)):
+    if url is None and not os.path.isfile(os.path.join(state_dir, DB_FILENAME)):
         _fail(f"no store in {state_dir} (no {DB_FILENAME}); give --state-dir or the config's [store] state_dir", EX_FAILED)
 
     async def run() -> int:
-        store = SqliteStore(state_dir)
+        if url is None:
+            store: Any = SqliteStore(state_dir)
+        else:
+            from bridge.store.pg import PgStore
+
+            store = PgStore(url, pool_size=1)
         await store.open()
         try:
             return await work(store)
@@ -84,6 +106,8 @@ def _with_store(state_dir: str, work: Callable[[Any], Awaitable[int]]) -> None:
         sys.exit(EX_FAILED)
     except Overloaded as exc:
         _fail(exc.message, EX_TEMPFAIL)
+    except ConfigError as exc:  # a store written by a newer release
+        _fail(exc.message, EX_CONFIG)
     except BridgeError as exc:
         _fail(exc.message, EX_FAILED)
 
@@ -111,30 +135,36 @@ def store_commands(
         """Sessions, turns, events and tasks stored; the file's size and schema version."""
         import msgspec
 
-        where = state_dir_of(load(config_path), state_dir)
+        config = load(config_path)
+        where, url = _target(config, state_dir_of(config, state_dir))
 
         async def work(s: Any) -> int:
             st = await s.stats()
             if fmt == "json":
-                click.echo(msgspec.json.encode({"state_dir": where, **msgspec.to_builtins(st)}).decode())
+                click.echo(msgspec.json.encode({"url" if url else "state_dir": where, **msgspec.to_builtins(st)}).decode())
                 return 0
             click.echo(f"store     {where} (schema {st.schema_version})")
             click.echo(f"sessions  {st.sessions}")
             click.echo(f"turns     {st.turns} ({st.open_turns} open)")
             click.echo(f"events    {st.events} (in {st.batches} batches)")
             click.echo(f"tasks     {st.tasks}")
-            click.echo(f"size      {_size(st.file_bytes)} + {_size(st.wal_bytes)} write-ahead log; {_size(st.free_bytes)} free inside")
+            if url:
+                click.echo(f"size      {_size(st.file_bytes)} (the database)")
+            else:
+                click.echo(f"size      {_size(st.file_bytes)} + {_size(st.wal_bytes)} write-ahead log; {_size(st.free_bytes)} free inside")
             return 0
 
-        _with_store(where, work)
+        _with_store(where, url, work)
 
     @store.command()
     @common
     def vacuum(config_path: str | None, state_dir: str | None) -> None:
         """Rewrite the store without its free pages (SQLite VACUUM) and truncate its
         write-ahead log. It holds the write lock for the whole rewrite: beside a busy
-        daemon, run it when the daemon is stopped or quiet."""
-        where = state_dir_of(load(config_path), state_dir)
+        daemon, run it when the daemon is stopped or quiet. On PostgreSQL: VACUUM,
+        which frees dead rows' space for new ones and locks nobody out."""
+        config = load(config_path)
+        where, url = _target(config, state_dir_of(config, state_dir))
 
         async def work(s: Any) -> int:
             before = await s.stats()
@@ -145,7 +175,7 @@ def store_commands(
                 click.echo("the write-ahead log is in use by another process: it shrinks at its next checkpoint")
             return 0
 
-        _with_store(where, work)
+        _with_store(where, url, work)
 
     @store.command()
     @common
@@ -154,7 +184,8 @@ def store_commands(
         """SESSION as JSON Lines on stdout: its record, turns, events and tasks, secrets redacted."""
         from bridge.store.export import export_session
 
-        where = state_dir_of(load(config_path), state_dir)
+        config = load(config_path)
+        where, url = _target(config, state_dir_of(config, state_dir))
         out = sys.stdout.buffer
 
         def write(data: bytes) -> None:
@@ -167,7 +198,7 @@ def store_commands(
                 return EX_FAILED
             return 0
 
-        _with_store(where, work)
+        _with_store(where, url, work)
 
     @store.command()
     @common
@@ -182,7 +213,7 @@ def store_commands(
         from bridge.store.retention import prune_older
 
         config = load(config_path)
-        where = state_dir_of(config, state_dir)
+        where, url = _target(config, state_dir_of(config, state_dir))
         if older_than is None:
             days = config.store.retention_days
             if days is None:
@@ -205,6 +236,6 @@ def store_commands(
             click.echo(f"{n} sessions {verb}: not updated since {_when(before)}")
             return 0
 
-        _with_store(where, work)
+        _with_store(where, url, work)
 
     return store

@@ -1,5 +1,6 @@
 """Records and stores for the store tests: each contract test runs against
-MemoryStore and SqliteStore alike (`STORE_KINDS`, `opened`)."""
+MemoryStore, SqliteStore and PgStore alike (`STORE_KINDS`, `opened`; PgStore on a new
+database of the test run's PostgreSQL server, the `pg_url` fixture)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bridge.store import SessionRecord, Store, StoredBatch, TaskRecord, TurnRecord
 from bridge.store.memory import MemoryStore
+from bridge.store.pg import PgStore
 from bridge.store.sqlite import SqliteStore
 
-STORE_KINDS = ["memory", "sqlite"]
+STORE_KINDS = ["memory", "sqlite", "pg"]
 
 
 def session(sid: str, *, route: str = "claude", cwd: str = "/w", updated_at: float = 1.0, **kw: Any) -> SessionRecord:
@@ -35,9 +39,19 @@ def task(task_id: str, sid: str = "s1", *, route: str = "r", context_id: str | N
     )  # fmt: skip
 
 
+def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest | None = None) -> Store:
+    """A store of `kind`, not open; "pg" needs the test's `request` (for `pg_url`)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "pg":
+        assert request is not None, "a PgStore needs the test's request"
+        return PgStore(request.getfixturevalue("pg_url"))
+    return SqliteStore(str(tmp_path / "state"))
+
+
 @contextlib.asynccontextmanager
-async def opened(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = MemoryStore() if kind == "memory" else SqliteStore(str(tmp_path / "state"))
+async def opened(kind: str, tmp_path: Path, request: pytest.FixtureRequest | None = None) -> AsyncIterator[Store]:
+    s = make_store(kind, tmp_path, request)
     await s.open()
     try:
         yield s

@@ -31,7 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(params=STORE_KINDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    async with opened(request.param, tmp_path) as s:
+    async with opened(request.param, tmp_path, request) as s:
         yield s
 
 

@@ -33,7 +33,7 @@ DAY = 86400.0
 
 @pytest.fixture(params=STORE_KINDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    async with opened(request.param, tmp_path) as s:
+    async with opened(request.param, tmp_path, request) as s:
         yield s
 
 
@@ -325,3 +325,41 @@ def test_vacuum_while_another_process_writes_says_busy(tmp_path: Path, monkeypat
     finally:
         other.close()
     assert run("vacuum", "--state-dir", str(state)).exit_code == 0
+
+
+def test_store_commands_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    import time
+
+    from bridge.store.pg import PgStore
+
+    async def fill() -> None:
+        store = PgStore(pg_url)
+        await store.open()
+        try:
+            await sessions_aged(store, {"old": 40, "older": 50, "young": 1}, now=time.time())
+        finally:
+            await store.close()
+
+    trio.run(fill)
+    config = tmp_path / "bridge.toml"
+    config.write_text('[store]\nurl_env = "BRIDGE_TEST_DB"\n[routes.r]\nback = { kind = "demo" }\n')
+    where = ["--config", str(config)]
+    url_with_password = pg_url.replace("postgresql://postgres@", "postgresql://postgres:not-needed-pw@")
+    env = {"BRIDGE_TEST_DB": url_with_password}  # trust authentication ignores the password
+
+    done = run("stats", *where, env=env)
+    assert done.exit_code == 0, done.output
+    assert "sessions  3" in done.output and "(schema 3)" in done.output and "(the database)" in done.output
+    assert "not-needed-pw" not in done.output and "postgres:***@" in done.output
+    stats = json.loads(run("stats", "--format", "json", *where, env=env).output)
+    assert (stats["sessions"], stats["events"], stats["batches"], stats["file_bytes"] > 0) == (3, 6, 3, True)
+    done = run("export", "old", *where, env=env)
+    assert [json.loads(line)["type"] for line in done.output.splitlines()] == ["session", "turn", "event", "event", "task"]
+    done = run("prune", "--older-than", "30d", *where, env=env)
+    assert done.exit_code == 0 and "2 sessions pruned" in done.output, done.output
+    done = run("vacuum", *where, env=env)
+    assert done.exit_code == 0 and done.output.startswith("vacuum: "), done.output
+    assert json.loads(run("stats", "--format", "json", *where, env=env).output)["sessions"] == 1
+
+    done = run("stats", *where, env={"BRIDGE_TEST_DB": ""})
+    assert done.exit_code == 78 and "BRIDGE_TEST_DB is not set or is empty" in done.output
