@@ -185,7 +185,14 @@ def mcp(config_path: str | None, state_dir: str | None, log_level: str | None, l
 @state_option
 @log_option
 @log_format_option
-def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Worker processes sharing the listeners, so one machine uses all its cores (needs a PostgreSQL [store] url).",
+)
+def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int) -> None:
     """Run the daemon: every HTTP front on the configured listener, ACP on a unix socket.
 
     Under systemd: Type=notify, watchdog, socket activation; SIGHUP reloads the
@@ -193,12 +200,27 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     """
     import trio
 
+    from bridge.daemon import postgres_configured
     from bridge.daemon import serve as serve_daemon
+    from bridge.logs import set_log_ids
     from bridge.service import StartError
+    from bridge.workers import worker_index
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     config = _load(path)
     _setup_logging(log_level or config.log_level, log_format)
+    if workers > 1:
+        if not postgres_configured(config.store):
+            click.echo(
+                "config error: --workers needs a PostgreSQL store ([store] url, url_env or url_file): "
+                "separate processes on one SQLite file cannot reach each other's sessions",
+                err=True,
+            )
+            sys.exit(EX_CONFIG)
+        sys.exit(_supervise(config, path, state_dir, log_level, log_format, workers))
+    index = worker_index()
+    if index is not None:
+        set_log_ids(worker=str(index))  # trio.run copies this context into every task
 
     async def main_task() -> int:
         status = 0
@@ -220,6 +242,19 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
         return status
 
     sys.exit(trio.run(main_task))
+
+
+def _supervise(config: Any, path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int) -> int:
+    """`serve --workers N`: this process supervises N `serve` workers (bridge/workers.py)."""
+    import trio
+
+    from bridge.workers import supervise
+
+    command = [sys.executable, "-m", "bridge", "serve"]
+    for option, value in (("--config", path), ("--state-dir", state_dir), ("--log-level", log_level), ("--log-format", log_format)):
+        if value is not None:
+            command += [option, value]
+    return trio.run(supervise, config, command, workers)  # type: ignore[no-any-return]
 
 
 @main.command()

@@ -17,13 +17,23 @@ from typing import Any
 import trio
 
 from bridge.backs import make_back
+from bridge.cluster import Cluster, SoloCluster
 from bridge.codecs import safejson
-from bridge.config import Config
+from bridge.config import Config, StoreConfig
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
 
-__all__ = ["build_app", "default_state_dir", "hyper_config", "open_runtime", "run_acp_stdio", "run_mcp_stdio", "serve"]
+__all__ = [
+    "build_app",
+    "default_state_dir",
+    "hyper_config",
+    "open_runtime",
+    "postgres_configured",
+    "run_acp_stdio",
+    "run_mcp_stdio",
+    "serve",
+]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -36,22 +46,52 @@ def default_state_dir() -> str:
     return str(Path(base) / "agent-bridge")
 
 
+def postgres_configured(store: StoreConfig) -> bool:
+    """Whether `[store]` names a PostgreSQL database (the store several daemons share)."""
+    return any(v is not None for v in (store.url, store.url_env, store.url_file))
+
+
+def _open_store(config: Config, state_dir: str | None) -> Store:
+    if postgres_configured(config.store):
+        # The secret is read when the store opens (bridge/store/__init__.py).
+        return open_store(config.store, state_dir, lease_ttl_s=config.cluster.lease_ttl_s)
+    return open_store(state_dir)
+
+
+def _cluster_for(config: Config, store: Store) -> Cluster:
+    """The instances sharing `store`: PostgreSQL's (leases, forwarded commands, NOTIFY), or
+    this process alone. The PostgreSQL side is imported only when it is used."""
+    if postgres_configured(config.store):
+        from bridge.cluster.pg import PgCluster
+
+        return PgCluster(store, config.cluster)
+    return SoloCluster()
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(config: Config, state_dir: str | None) -> AsyncIterator[SessionManager]:
-    """A running SessionManager over an open store; closes both on exit."""
+    """A running SessionManager over an open store, one instance of its cluster; closes
+    all three on exit: the sessions (which release their leases), then the cluster,
+    then the store."""
     safejson.configure(max_depth=config.server.max_json_depth)  # every decoder of this process
-    store: Store = open_store(state_dir)
+    store = _open_store(config, state_dir)
     await store.open()
     try:
-        manager = SessionManager(config, store, make_back)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(manager.run)
-            try:
-                yield manager
-            finally:
-                with trio.move_on_after(10, shield=True):
-                    await manager.close_all()
-                nursery.cancel_scope.cancel()
+        cluster = _cluster_for(config, store)
+        manager = SessionManager(config, store, make_back, cluster=cluster)
+        async with trio.open_nursery() as outer:
+            # Before anything accepts: commands other instances forward are served, and
+            # this instance's leases renewed, for as long as a session may be live here.
+            await outer.start(cluster.run, manager.serve_command)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(manager.run)
+                try:
+                    yield manager
+                finally:
+                    with trio.move_on_after(10, shield=True):
+                        await manager.close_all()
+                    nursery.cancel_scope.cancel()
+            outer.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await store.close()
@@ -99,8 +139,15 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
 
     app = HttpApp(BrowserPolicy(config.server))  # Host, Origin, Content-Type for every front
 
+    from bridge.workers import worker_index
+
+    alive: dict[str, object] = {"status": "ok"}
+    index = worker_index()
+    if index is not None:  # which of `serve --workers N` answered (bridge/workers.py)
+        alive["worker"] = index
+
     async def healthz(scope: object, receive: object, send: object, params: dict[str, str]) -> None:
-        await send_json(send, 200, {"status": "ok"})  # type: ignore[arg-type]
+        await send_json(send, 200, alive)  # type: ignore[arg-type]
 
     app.add("GET", "/healthz", healthz)  # type: ignore[arg-type]
     if readiness is not None or metrics is not None:
