@@ -200,7 +200,6 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     """
     import trio
 
-    from bridge.daemon import postgres_configured
     from bridge.daemon import serve as serve_daemon
     from bridge.logs import set_log_ids
     from bridge.service import StartError
@@ -210,7 +209,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     config = _load(path)
     _setup_logging(log_level or config.log_level, log_format)
     if workers > 1:
-        if not postgres_configured(config.store):
+        if not config.store.postgres:
             click.echo(
                 "config error: --workers needs a PostgreSQL store ([store] url, url_env or url_file): "
                 "separate processes on one SQLite file cannot reach each other's sessions",

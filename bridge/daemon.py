@@ -19,7 +19,7 @@ import trio
 from bridge.backs import make_back
 from bridge.cluster import Cluster, SoloCluster
 from bridge.codecs import safejson
-from bridge.config import Config, StoreConfig
+from bridge.config import Config
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
@@ -29,7 +29,6 @@ __all__ = [
     "default_state_dir",
     "hyper_config",
     "open_runtime",
-    "postgres_configured",
     "run_acp_stdio",
     "run_mcp_stdio",
     "serve",
@@ -46,13 +45,8 @@ def default_state_dir() -> str:
     return str(Path(base) / "agent-bridge")
 
 
-def postgres_configured(store: StoreConfig) -> bool:
-    """Whether `[store]` names a PostgreSQL database (the store several daemons share)."""
-    return any(v is not None for v in (store.url, store.url_env, store.url_file))
-
-
 def _open_store(config: Config, state_dir: str | None) -> Store:
-    if postgres_configured(config.store):
+    if config.store.postgres:
         # The secret is read when the store opens (bridge/store/__init__.py).
         return open_store(config.store, state_dir, lease_ttl_s=config.cluster.lease_ttl_s)
     return open_store(state_dir)
@@ -61,7 +55,7 @@ def _open_store(config: Config, state_dir: str | None) -> Store:
 def _cluster_for(config: Config, store: Store) -> Cluster:
     """The instances sharing `store`: PostgreSQL's (leases, forwarded commands, NOTIFY), or
     this process alone. The PostgreSQL side is imported only when it is used."""
-    if postgres_configured(config.store):
+    if config.store.postgres:
         from bridge.cluster.pg import PgCluster
 
         return PgCluster(store, config.cluster)

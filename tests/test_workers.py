@@ -278,12 +278,12 @@ async def test_the_runtime_runs_a_cluster_before_serving_and_stops_it_after_the_
 
 
 def test_the_cluster_is_solo_without_postgresql() -> None:
-    from bridge.daemon import _cluster_for, postgres_configured
+    from bridge.daemon import _cluster_for
     from bridge.store.memory import MemoryStore
 
     config = parse_config({"routes": {"demo": demo_route()}})
-    assert not postgres_configured(config.store)
+    assert not config.store.postgres
     assert isinstance(_cluster_for(config, MemoryStore()), SoloCluster)
     for key in ("url", "url_env", "url_file"):
         value = "postgresql:///x" if key == "url" else "X"
-        assert postgres_configured(parse_config({"routes": {"demo": demo_route()}, "store": {key: value}}).store)
+        assert parse_config({"routes": {"demo": demo_route()}, "store": {key: value}}).store.postgres
