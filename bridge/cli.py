@@ -261,8 +261,8 @@ def _supervise(config: Any, path: str | None, state_dir: str | None, log_level: 
 @log_option
 @log_format_option
 def doctor(config_path: str | None, log_level: str | None, log_format: str | None) -> None:
-    """Validate the config, try each route's back and each MCP prompt source once; print
-    what works and why not.
+    """Validate the config, try each route's back, each MCP prompt source and a PostgreSQL
+    store once; print what works and why not.
 
     Exits 0 when everything checked works, 1 when something does not, 78 on a config error.
     """
@@ -277,9 +277,9 @@ def doctor(config_path: str | None, log_level: str | None, log_format: str | Non
     n_sources = len(config.prompt_sources) + sum(len(r.prompt_sources) for r in config.routes.values())
     click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes, {n_sources} prompt sources")
     import_credentials(config)
-    routes, sources = trio.run(check, config)
-    click.echo(render_table(routes, sources))
-    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources) else EX_OK)
+    routes, sources, store = trio.run(check, config)
+    click.echo(render_table(routes, sources, store))
+    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources + store) else EX_OK)
 
 
 @main.command()

@@ -273,6 +273,7 @@ class _Service:
         manager.observer = metrics
         if metrics is not None:
             metrics.live = manager.live_counts
+            metrics.cluster = manager.cluster.stats
         readiness = Readiness(manager)
         readiness.store_ready = True
         try:
