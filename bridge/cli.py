@@ -216,7 +216,10 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
                 err=True,
             )
             sys.exit(EX_CONFIG)
-        sys.exit(_supervise(config, path, state_dir, log_level, log_format, workers))
+        from bridge.workers import run_workers
+
+        options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format}
+        sys.exit(run_workers(config, options, workers))
     index = worker_index()
     if index is not None:
         set_log_ids(worker=str(index))  # trio.run copies this context into every task
@@ -241,19 +244,6 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
         return status
 
     sys.exit(trio.run(main_task))
-
-
-def _supervise(config: Any, path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int) -> int:
-    """`serve --workers N`: this process supervises N `serve` workers (bridge/workers.py)."""
-    import trio
-
-    from bridge.workers import supervise
-
-    command = [sys.executable, "-m", "bridge", "serve"]
-    for option, value in (("--config", path), ("--state-dir", state_dir), ("--log-level", log_level), ("--log-format", log_format)):
-        if value is not None:
-            command += [option, value]
-    return trio.run(supervise, config, command, workers)  # type: ignore[no-any-return]
 
 
 @main.command()

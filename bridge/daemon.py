@@ -64,28 +64,22 @@ def _cluster_for(config: Config, store: Store) -> Cluster:
 
 @contextlib.asynccontextmanager
 async def open_runtime(config: Config, state_dir: str | None) -> AsyncIterator[SessionManager]:
-    """A running SessionManager over an open store, one instance of its cluster; closes
-    all three on exit: the sessions (which release their leases), then the cluster,
-    then the store."""
+    """A running SessionManager over an open store, one instance of its cluster (which
+    the manager runs: bridge/session/manager.py); closes the sessions (their leases are
+    released), then the cluster, then the store on exit."""
     safejson.configure(max_depth=config.server.max_json_depth)  # every decoder of this process
     store = _open_store(config, state_dir)
     await store.open()
     try:
-        cluster = _cluster_for(config, store)
-        manager = SessionManager(config, store, make_back, cluster=cluster)
-        async with trio.open_nursery() as outer:
-            # Before anything accepts: commands other instances forward are served, and
-            # this instance's leases renewed, for as long as a session may be live here.
-            await outer.start(cluster.run, manager.serve_command)
-            async with trio.open_nursery() as nursery:
-                await nursery.start(manager.run)
-                try:
-                    yield manager
-                finally:
-                    with trio.move_on_after(10, shield=True):
-                        await manager.close_all()
-                    nursery.cancel_scope.cancel()
-            outer.cancel_scope.cancel()
+        manager = SessionManager(config, store, make_back, cluster=_cluster_for(config, store))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            try:
+                yield manager
+            finally:
+                with trio.move_on_after(10, shield=True):
+                    await manager.close_all()
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await store.close()

@@ -55,6 +55,7 @@ __all__ = [
     "Listener",
     "Supervisor",
     "bind_listeners",
+    "run_workers",
     "supervise",
     "worker_index",
 ]
@@ -366,3 +367,12 @@ async def supervise(config: Any, command: Sequence[str], count: int, **policy: A
         notifier.close()
     log.info("stopped (status %d)", status)
     return status
+
+
+def run_workers(config: Any, options: dict[str, str | None], count: int) -> int:
+    """`serve --workers N` from the CLI: each worker is `serve` with the same `options`."""
+    command = [sys.executable, "-m", "bridge", "serve"]
+    for option, value in options.items():
+        if value is not None:
+            command += [option, value]
+    return trio.run(supervise, config, command, count)
