@@ -185,7 +185,14 @@ def mcp(config_path: str | None, state_dir: str | None, log_level: str | None, l
 @state_option
 @log_option
 @log_format_option
-def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Worker processes sharing the listeners, so one machine uses all its cores (needs a PostgreSQL [store] url).",
+)
+def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int) -> None:
     """Run the daemon: every HTTP front on the configured listener, ACP on a unix socket.
 
     Under systemd: Type=notify, watchdog, socket activation; SIGHUP reloads the
@@ -194,11 +201,28 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     import trio
 
     from bridge.daemon import serve as serve_daemon
+    from bridge.logs import set_log_ids
     from bridge.service import StartError
+    from bridge.workers import worker_index
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     config = _load(path)
     _setup_logging(log_level or config.log_level, log_format)
+    if workers > 1:
+        if not config.store.postgres:
+            click.echo(
+                "config error: --workers needs a PostgreSQL store ([store] url, url_env or url_file): "
+                "separate processes on one SQLite file cannot reach each other's sessions",
+                err=True,
+            )
+            sys.exit(EX_CONFIG)
+        from bridge.workers import run_workers
+
+        options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format}
+        sys.exit(run_workers(config, options, workers))
+    index = worker_index()
+    if index is not None:
+        set_log_ids(worker=str(index))  # trio.run copies this context into every task
 
     async def main_task() -> int:
         status = 0
@@ -227,8 +251,8 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
 @log_option
 @log_format_option
 def doctor(config_path: str | None, log_level: str | None, log_format: str | None) -> None:
-    """Validate the config, try each route's back and each MCP prompt source once; print
-    what works and why not.
+    """Validate the config, try each route's back, each MCP prompt source and a PostgreSQL
+    store once; print what works and why not.
 
     Exits 0 when everything checked works, 1 when something does not, 78 on a config error.
     """
@@ -243,9 +267,9 @@ def doctor(config_path: str | None, log_level: str | None, log_format: str | Non
     n_sources = len(config.prompt_sources) + sum(len(r.prompt_sources) for r in config.routes.values())
     click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes, {n_sources} prompt sources")
     import_credentials(config)
-    routes, sources = trio.run(check, config)
-    click.echo(render_table(routes, sources))
-    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources) else EX_OK)
+    routes, sources, store = trio.run(check, config)
+    click.echo(render_table(routes, sources, store))
+    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources + store) else EX_OK)
 
 
 @main.command()

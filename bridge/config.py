@@ -246,6 +246,11 @@ class StoreConfig(ConfigStruct):
     url_env: str | None = None
     url_file: str | None = None
 
+    @property
+    def postgres(self) -> bool:
+        """Whether a PostgreSQL database is named (the store several daemons share)."""
+        return self.url is not None or self.url_env is not None or self.url_file is not None
+
 
 class ClusterConfig(ConfigStruct):
     """Several daemons on one PostgreSQL store (bridge/cluster/): each session's live

@@ -17,13 +17,22 @@ from typing import Any
 import trio
 
 from bridge.backs import make_back
+from bridge.cluster import Cluster, SoloCluster
 from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.session import SessionManager
 from bridge.store import Store, open_store
 
-__all__ = ["build_app", "default_state_dir", "hyper_config", "open_runtime", "run_acp_stdio", "run_mcp_stdio", "serve"]
+__all__ = [
+    "build_app",
+    "default_state_dir",
+    "hyper_config",
+    "open_runtime",
+    "run_acp_stdio",
+    "run_mcp_stdio",
+    "serve",
+]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -36,14 +45,26 @@ def default_state_dir() -> str:
     return str(Path(base) / "agent-bridge")
 
 
+def _cluster_for(config: Config, store: Store) -> Cluster:
+    """The instances sharing `store`: PostgreSQL's (leases, forwarded commands, NOTIFY), or
+    this process alone. The PostgreSQL side is imported only when it is used."""
+    if config.store.postgres:
+        from bridge.cluster.pg import PgCluster
+
+        return PgCluster(store, config.cluster)
+    return SoloCluster()
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(config: Config, state_dir: str | None) -> AsyncIterator[SessionManager]:
-    """A running SessionManager over an open store; closes both on exit."""
+    """A running SessionManager over an open store, one instance of its cluster (which
+    the manager runs: bridge/session/manager.py); closes the sessions (their leases are
+    released), then the cluster, then the store on exit."""
     safejson.configure(max_depth=config.server.max_json_depth)  # every decoder of this process
-    store: Store = open_store(config.store, state_dir, lease_ttl_s=config.cluster.lease_ttl_s)
+    store = open_store(config.store, state_dir, lease_ttl_s=config.cluster.lease_ttl_s)
     await store.open()
     try:
-        manager = SessionManager(config, store, make_back)
+        manager = SessionManager(config, store, make_back, cluster=_cluster_for(config, store))
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
             try:
@@ -99,8 +120,15 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
 
     app = HttpApp(BrowserPolicy(config.server))  # Host, Origin, Content-Type for every front
 
+    from bridge.workers import worker_index
+
+    alive: dict[str, object] = {"status": "ok"}
+    index = worker_index()
+    if index is not None:  # which of `serve --workers N` answered (bridge/workers.py)
+        alive["worker"] = index
+
     async def healthz(scope: object, receive: object, send: object, params: dict[str, str]) -> None:
-        await send_json(send, 200, {"status": "ok"})  # type: ignore[arg-type]
+        await send_json(send, 200, alive)  # type: ignore[arg-type]
 
     app.add("GET", "/healthz", healthz)  # type: ignore[arg-type]
     if readiness is not None or metrics is not None:

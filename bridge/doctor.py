@@ -17,26 +17,47 @@ MCP prompt sources (`[[prompt_sources]]`, `[[routes.R.prompt_sources]]`) get a r
 | what the daemon's own connection to it says (`PromptRegistry`): up with N prompts, starting, or down and why | it is started or reached, `initialize`d and listed once, then ended, through the daemon's code (`McpSource`) |
 
 The `mcp` SDK is imported (in a worker thread) only when a source is configured.
+
+A PostgreSQL store (`[store] url`, `url_env` or `url_file`) gets a row of its own:
+
+| `/readyz` | `doctor` |
+|---|---|
+| the daemon's store pinged (one round trip, bounded by `probe_timeout_s`, at most every `STORE_PING_EVERY_S`): not answering makes the daemon unready | a connection of its own: reached, the schema version against this release's, the round-trip time; else why, with the host and where the URL came from |
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from bridge.backs import Back, make_back
-from bridge.config import Config, Route
+from bridge.config import Config, Route, StoreConfig, read_secret
 from bridge.errors import BridgeError
 from bridge.prompts.config import PromptSource
 
-__all__ = ["SOURCE_KIND", "Probe", "Readiness", "check", "probe_back", "probe_routes", "probe_sources", "render_table"]
+__all__ = [
+    "SOURCE_KIND",
+    "STORE_KIND",
+    "STORE_PING_EVERY_S",
+    "Probe",
+    "Readiness",
+    "check",
+    "probe_back",
+    "probe_routes",
+    "probe_sources",
+    "probe_store",
+    "render_table",
+]
 
 log = logging.getLogger("bridge.doctor")
 
 SOURCE_KIND = "mcp prompts"  # the KIND of a prompt source's row
+STORE_KIND = "postgresql"  # the KIND of the store's row
+STORE_PING_EVERY_S = 1.0  # /readyz pings the store at most this often, whoever asks
 
 
 @dataclass(frozen=True)
@@ -154,8 +175,74 @@ async def probe_sources(config: Config) -> list[Probe]:
     return [results[cfg.name] for cfg in sources]
 
 
-async def check(config: Config) -> tuple[list[Probe], list[Probe]]:
-    """`agent-bridge doctor`: every route's back and every prompt source, tried once, concurrently."""
+def _store_url(store: StoreConfig) -> tuple[str | None, str]:
+    """The PostgreSQL URL (None when it cannot be read) and where it comes from, for a hint."""
+    if store.url is not None:
+        return store.url, "[store] url"
+    if store.url_env is not None:
+        return read_secret(store.url_env, None), f"${store.url_env} ([store] url_env)"
+    return read_secret(None, store.url_file), f"{store.url_file} ([store] url_file)"
+
+
+def _pg_check(url: str, timeout_s: float) -> tuple[int | None, float]:
+    """(schema version or None when there is no schema yet, best round trip in seconds);
+    psycopg's error when the database cannot be reached. Runs in a worker thread."""
+    import time
+
+    import psycopg
+
+    from bridge.store.pg_schema import schema_version
+
+    with psycopg.connect(url, connect_timeout=max(1, math.ceil(timeout_s)), autocommit=True) as conn:
+        best = math.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            conn.execute("SELECT 1").fetchone()
+            best = min(best, time.perf_counter() - start)
+        version = schema_version(conn)  # the store's own reading of it (bridge/store/pg_schema.py)
+        return (version or None), best
+
+
+async def probe_store(config: Config) -> Probe | None:
+    """`doctor`'s PostgreSQL row (None for SQLite): reached, its schema, its round trip."""
+    if not config.store.postgres:
+        return None
+    from bridge.logs import add_secret, redact
+    from bridge.store.sqlite_schema import SCHEMA_VERSION  # one schema, one version, both stores
+
+    url, where = _store_url(config.store)
+    if url is None:
+        return Probe("store", STORE_KIND, False, f"no URL: {where} is not set or cannot be read")
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.Error as exc:  # not a libpq URL or key=value string (the message would show it)
+        return Probe("store", STORE_KIND, False, f"not a PostgreSQL URL ({where}): {type(exc).__name__}")
+    add_secret(str(parts.get("password") or "") or None)
+    host = str(parts.get("host") or "localhost")
+    timeout_s = config.daemon.probe_timeout_s
+    try:
+        with trio.fail_after(timeout_s + 1):
+            version, rtt = await trio.to_thread.run_sync(_pg_check, url, timeout_s, abandon_on_cancel=True)
+    except trio.TooSlowError:
+        return Probe("store", STORE_KIND, False, f"{host}: no answer within {timeout_s:g} s (URL from {where})")
+    except (psycopg.Error, OSError) as exc:  # say why, with where to look
+        why = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        return Probe("store", STORE_KIND, False, f"{host}: {why} (URL from {where})")
+    rtt_ms = f"{rtt * 1000:.1f} ms round trip"
+    if version is None:
+        return Probe("store", STORE_KIND, True, f"{host}: reached, {rtt_ms}; no schema yet (the daemon creates it)")
+    if version > SCHEMA_VERSION:
+        return Probe("store", STORE_KIND, False, f"{host}: schema version {version} is newer than this agent-bridge's ({SCHEMA_VERSION})")
+    older = "" if version == SCHEMA_VERSION else f", migrated to {SCHEMA_VERSION} when the daemon starts"
+    return Probe("store", STORE_KIND, True, f"{host}: schema version {version}{older}, {rtt_ms}")
+
+
+async def check(config: Config) -> tuple[list[Probe], list[Probe], list[Probe]]:
+    """`agent-bridge doctor`: every route's back, every prompt source and a PostgreSQL
+    store, tried once, concurrently."""
     found: dict[str, list[Probe]] = {}
 
     async def backs() -> None:
@@ -164,10 +251,15 @@ async def check(config: Config) -> tuple[list[Probe], list[Probe]]:
     async def sources() -> None:
         found["sources"] = await probe_sources(config)
 
+    async def store() -> None:
+        row = await probe_store(config)
+        found["store"] = [row] if row is not None else []
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(backs)
         nursery.start_soon(sources)
-    return found["routes"], found["sources"]
+        nursery.start_soon(store)
+    return found["routes"], found["sources"], found["store"]
 
 
 class Readiness:
@@ -182,6 +274,46 @@ class Readiness:
         self._probes: list[Probe] = []
         self._at: float | None = None
         self._lock = trio.Lock()
+        self._store: tuple[bool, str] = (False, "not checked")
+        self._store_at: float | None = None
+        self._store_lock = trio.Lock()
+
+    async def store(self) -> tuple[bool, str]:
+        """Whether the store answers, and how: a store that can be pinged (PostgreSQL)
+        is, at most every `STORE_PING_EVERY_S` (callers share the answer), each ping
+        bounded by `[daemon] probe_timeout_s`; a local one is ready once open."""
+        ping = getattr(self.manager.store, "ping", None)
+        if not self.store_ready or ping is None:
+            return self.store_ready, "open" if self.store_ready else "not open"
+        async with self._store_lock:
+            now = trio.current_time()
+            if self._store_at is None or now - self._store_at >= STORE_PING_EVERY_S:
+                self._store = await self._ping(ping)
+                self._store_at = trio.current_time()
+            return self._store
+
+    async def _ping(self, ping: Any) -> tuple[bool, str]:
+        timeout_s = self.manager.config.daemon.probe_timeout_s
+        try:
+            with trio.fail_after(timeout_s):
+                rtt = await ping()
+        except trio.TooSlowError:
+            return False, f"no answer within {timeout_s:g} s"
+        except BridgeError as exc:
+            return False, exc.message
+        except OSError as exc:
+            return False, exc.strerror or str(exc)
+        return True, f"{rtt * 1000:.1f} ms round trip"
+
+    async def ready(self) -> tuple[bool, str | None]:
+        """Whether the daemon takes work, and if not why, in words that name nothing."""
+        if not self.listeners_ready:
+            return False, "starting"
+        if not self.manager.accepting:
+            return False, "stopping"
+        if not (await self.store())[0]:
+            return False, "the store does not answer"
+        return True, None
 
     async def probes(self) -> list[Probe]:
         config = self.manager.config
@@ -201,11 +333,13 @@ class Readiness:
 
     async def report(self) -> tuple[bool, dict[str, Any]]:
         probes = await self.probes()
-        ready = self.listeners_ready and self.store_ready and self.manager.accepting
+        ready, _why = await self.ready()
+        store_ok, store_detail = await self.store()
         body = {
             "status": "ready" if ready else "not ready",
             "listeners": self.listeners_ready,
-            "store": self.store_ready,
+            "store": store_ok,
+            "store_detail": store_detail,
             "accepting": self.manager.accepting,
             "routes": {p.route: p.as_dict() for p in probes},
             # The daemon's own connections, as they are now (no extra connection): a
@@ -224,12 +358,13 @@ class Readiness:
         return rows
 
 
-def render_table(probes: list[Probe], sources: list[Probe] | None = None) -> str:
-    """The routes' rows, then (when there are any) the prompt sources' under their own header,
-    both in the same columns."""
+def render_table(probes: list[Probe], sources: list[Probe] | None = None, store: list[Probe] | None = None) -> str:
+    """The routes' rows, then (when there are any) the prompt sources' and the store's under
+    their own headers, all in the same columns."""
     rows = [("ROUTE", "BACK", "STATUS", "DETAIL")] + [(p.route, p.kind, p.status, p.detail) for p in probes]
-    if sources:
-        rows += [("", "", "", ""), ("PROMPT SOURCE", "KIND", "STATUS", "DETAIL")]
-        rows += [(p.route, p.kind, p.status, p.detail) for p in sources]
+    for header, more in ((("PROMPT SOURCE", "KIND"), sources), (("STORE", "KIND"), store)):
+        if more:
+            rows += [("", "", "", ""), (*header, "STATUS", "DETAIL")]
+            rows += [(p.route, p.kind, p.status, p.detail) for p in more]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows)

@@ -1,8 +1,10 @@
 """The daemon's operational HTTP endpoints: `/readyz` and `/metrics` (`/healthz` is in
 bridge/daemon.py: alive is alive).
 
-- `GET /readyz`: 200 when every listener is bound, the store is open and the daemon
-  takes new sessions (not stopping); 503 otherwise. The body says each part, and for
+- `GET /readyz`: 200 when every listener is bound, the store is open (and a
+  PostgreSQL store answers a ping, bounded by `[daemon] probe_timeout_s`, at most one
+  a second) and the daemon takes new sessions (not stopping); 503 otherwise, with
+  the reason in words that name nothing (starting, stopping, the store does not answer). The body says each part, and for
   each route whether its back is reachable (bridge/doctor.py, shallow probes, cached
   `[daemon] probe_interval_s`), and each MCP prompt source as the daemon's connection
   to it is now. An unreachable back or source does not make the daemon unready: the
@@ -11,11 +13,12 @@ bridge/daemon.py: alive is alive).
 
 Who sees what (issue 13, finding 11): the details of /readyz name routes, back URLs,
 agent command paths and prompt sources, so anyone gets only `{"status": "ready"}` or
-`{"status": "not ready"}` (and the status code); the details need
+`{"status": "not ready", "reason": ...}` (and the status code); the details need
 `Authorization: Bearer <[server] admin token>`, compared in constant time. With
 `[server] metrics_need_token`, /metrics needs the same token. A token that is
 configured but cannot be read refuses everyone (fail closed). The public answer runs
-no probe, so an anonymous client cannot make the daemon call its backs.
+no probe, so an anonymous client cannot make the daemon call its backs (the store's
+ping, shared, runs at most once a second whoever asks).
 
 `CountConnections` wraps the ASGI app to count open WebSocket connections and HTTP
 requests in flight; it passes `send` through untouched (the chat front finds
@@ -75,8 +78,10 @@ def register(
             if authed:
                 ready, body = await readiness.report()
             else:  # the same rule as Readiness.report, without its probes or names
-                ready = bool(readiness.listeners_ready and readiness.store_ready and readiness.manager.accepting)
+                ready, why = await readiness.ready()
                 body = {"status": "ready" if ready else "not ready"}
+                if why is not None:
+                    body["reason"] = why
             await send_json(send, 200 if ready else 503, body)
 
         app.add("GET", "/readyz", readyz)

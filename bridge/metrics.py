@@ -5,7 +5,8 @@ Counted where it is cheap, never per event on the relay path:
   and once per store flush for the events it delivered (one add per subscriber
   protocol for the whole batch);
 - connections are counted when they open and close;
-- live sessions, running turns and child processes are read when scraped.
+- live sessions, running turns, child processes and the cluster's counts
+  (`Cluster.stats()`, bridge/cluster/base.py; none for a daemon alone) are read when scraped.
 
 | metric | labels |
 |---|---|
@@ -20,6 +21,10 @@ Counted where it is cheap, never per event on the relay path:
 | agent_bridge_child_processes | |
 | agent_bridge_open_connections | front (http: requests in flight; each front that counts its own, as it declares: acp: unix socket, ws: WebSocket) |
 | agent_bridge_reloads_total | result (ok, failed) |
+| agent_bridge_cluster_leases | (several daemons on PostgreSQL: sessions whose live side runs here) |
+| agent_bridge_cluster_forwarded_total | (commands this instance sent to a session's owner) |
+| agent_bridge_cluster_served_total | (commands other instances sent here) |
+| agent_bridge_cluster_forward_failures_total | (forwarded commands the owner did not answer: OwnerGone) |
 
 plus prometheus-client's `process_*` and `python_*` collectors.
 """
@@ -31,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
@@ -70,10 +75,11 @@ def child_processes(pid: int | None = None) -> int:
 class _Scraped(Collector):
     """Gauges read at scrape time from the live state (no cost between scrapes)."""
 
-    def __init__(self, live: Callable[[], dict[str, tuple[int, int]]]) -> None:
+    def __init__(self, live: Callable[[], dict[str, tuple[int, int]]], cluster: Callable[[], dict[str, int]]) -> None:
         self.live = live
+        self.cluster = cluster
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         sessions = GaugeMetricFamily(_P + "sessions_live", "Sessions live in the daemon", labels=["route"])
         running = GaugeMetricFamily(_P + "turns_running", "Turns running now", labels=["route"])
         for route, (n_sessions, n_turns) in sorted(self.live().items()):
@@ -82,6 +88,18 @@ class _Scraped(Collector):
         yield sessions
         yield running
         yield GaugeMetricFamily(_P + "child_processes", "Child processes of the daemon (agents)", value=child_processes())
+        stats = self.cluster()
+        if stats:  # a daemon alone has no leases and forwards nothing
+            yield GaugeMetricFamily(_P + "cluster_leases", "Sessions whose lease this instance holds", value=stats.get("leases", 0))
+            for key, doc in _CLUSTER_COUNTERS:
+                yield CounterMetricFamily(_P + "cluster_" + key, doc, value=stats.get(key, 0))
+
+
+_CLUSTER_COUNTERS = (
+    ("forwarded", "Commands forwarded to the instance owning the session"),
+    ("served", "Commands other instances forwarded here"),
+    ("forward_failures", "Forwarded commands the owning instance did not answer"),
+)
 
 
 class Metrics:
@@ -107,7 +125,8 @@ class Metrics:
         for label in ["http", *(f.connections for f in fronts if f.connections)]:
             self.connections.labels(label)
         self.live = live  # route → (live sessions, running turns); set by the daemon
-        r.register(_Scraped(lambda: self.live()))
+        self.cluster: Callable[[], dict[str, int]] = dict  # Cluster.stats; set by the daemon
+        r.register(_Scraped(lambda: self.live(), lambda: self.cluster()))
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         self._events: dict[str, Any] = {}

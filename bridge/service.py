@@ -47,7 +47,7 @@ from bridge.errors import BridgeError, ConfigError
 from bridge.session import SessionManager
 from bridge.systemd import ActivatedSocket, Notifier, listen_fds
 
-__all__ = ["EX_OSERR", "StartError", "run_service"]
+__all__ = ["EX_OSERR", "StartError", "acp_listener", "run_service"]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -82,7 +82,7 @@ def _leaf(exc: BaseException, kind: type[E]) -> E | None:
     return None
 
 
-def _acp_listener(config: Config, activated: list[ActivatedSocket]) -> tuple[socket.socket | None, str | None, int | None]:
+def acp_listener(config: Config, activated: list[ActivatedSocket]) -> tuple[socket.socket | None, str | None, int | None]:
     """(listening socket, its path, the lock we hold on it if we bound it ourselves).
 
     A path named in the config that cannot be used stops the start; the default path
@@ -168,7 +168,7 @@ async def run_service(
     import_credentials(config)
     register_secrets(config)
     hc = hyper_config(config, _binds(config, svc.activated))
-    acp_sock, acp_path, lock = _acp_listener(config, svc.activated)
+    acp_sock, acp_path, lock = acp_listener(config, svc.activated)
     try:
         # Signals are ours from here to the end, cleanup included: a signal during the
         # final close must not kill the process half-way (default action).
@@ -273,6 +273,7 @@ class _Service:
         manager.observer = metrics
         if metrics is not None:
             metrics.live = manager.live_counts
+            metrics.cluster = manager.cluster.stats
         readiness = Readiness(manager)
         readiness.store_ready = True
         try:

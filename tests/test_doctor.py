@@ -35,7 +35,7 @@ def _rows(out: str) -> dict[str, list[str]]:
     rows = {}
     for line in out.splitlines():
         parts = re.split(r"\s{2,}", line.strip(), maxsplit=3)
-        if len(parts) >= 3 and parts[0] not in ("ROUTE", "PROMPT SOURCE") and not line.startswith("config "):
+        if len(parts) >= 3 and parts[0] not in ("ROUTE", "PROMPT SOURCE", "STORE") and not line.startswith("config "):
             rows[parts[0]] = [parts[1], parts[2], line]
     return rows
 
@@ -100,6 +100,42 @@ async def test_doctor_all_ok_exits_0(bridge_exe: list[str], tmp_path: Path, clea
     code, out = await _doctor(bridge_exe, config, clean_env)
     assert code == 0 and "ok, 1 routes, 0 prompt sources" in out and _rows(out)["demo"][1] == "ok", out
     assert "PROMPT SOURCE" not in out, out  # no sources, no section for them
+
+
+async def test_doctor_checks_a_postgresql_store(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str], pg_url: str) -> None:
+    import psycopg
+
+    async def doctor(store: dict[str, str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+        config = tmp_path / "pg.toml"
+        config.write_text(toml({"routes": {"demo": demo_route()}, "store": store, "daemon": {"probe_timeout_s": 5}}))
+        code, out = await _doctor(bridge_exe, config, {**clean_env, **(env or {})})
+        assert "STORE" in out, out
+        return code, _rows(out)["store"], out
+
+    with trio.fail_after(60):
+        code, row, out = await doctor({"url_env": "BRIDGE_PG"}, {"BRIDGE_PG": pg_url})
+        assert code == 0 and row[:2] == ["postgresql", "ok"], out
+        assert "reached" in row[2] and "ms round trip" in row[2] and "no schema yet" in row[2], out
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO schema_version VALUES (3)")
+        code, row, out = await doctor({"url": pg_url})
+        assert code == 0 and row[1] == "ok" and "schema version 3" in row[2] and "ms round trip" in row[2], out
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE schema_version SET version = 99")
+        code, row, out = await doctor({"url": pg_url})
+        assert code == 1 and row[1] == "FAILED" and "schema version 99 is newer" in row[2], out
+
+        # Failures say where to look: the variable or file the URL came from, and its host.
+        code, row, out = await doctor({"url_env": "BRIDGE_PG_UNSET"})
+        assert code == 1 and row[1] == "FAILED" and "$BRIDGE_PG_UNSET ([store] url_env) is not set" in row[2], out
+        gone = tmp_path / "no-server-here"
+        secret = tmp_path / "pg.url"
+        secret.write_text(f"postgresql://bridge:hunter2secret@/db?host={gone}\n")
+        code, row, out = await doctor({"url_file": str(secret)})
+        assert code == 1 and row[1] == "FAILED", out
+        assert str(gone) in row[2] and f"{secret} ([store] url_file)" in row[2], out
+        assert "hunter2secret" not in out
 
 
 async def test_doctor_on_a_bad_config_exits_78_with_every_problem(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:
@@ -204,8 +240,8 @@ _NO_SDK = """
 import sys, trio
 from bridge.config import load_config
 from bridge.doctor import check
-routes, sources = trio.run(check, load_config(sys.argv[1]))
-assert sources == [] and routes[0].ok, (routes, sources)
+routes, sources, store = trio.run(check, load_config(sys.argv[1]))
+assert sources == [] and store == [] and routes[0].ok, (routes, sources, store)
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("mcp", "mcp_types", "httpx2")))
 """
 

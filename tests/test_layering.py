@@ -70,7 +70,7 @@ SANS_IO = ("core", "schema", "codecs")
 
 # The app modules at the top of `bridge/`: they wire the layers below together.
 APP_MODULES = frozenset(
-    {"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli"}
+    {"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
 )
 PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts"})
 

@@ -184,3 +184,111 @@ def test_text_and_json_formats_with_ids_from_the_context() -> None:
 def test_under_journald_lines_carry_their_priority() -> None:
     out = logs.TextFormatter(journal=True).format(_record("careful\nsecond line", level=logging.WARNING))
     assert out.splitlines() == ["<4>WARNING bridge.test: careful", "<4>second line"]
+
+
+# -- the cluster's counts and the store's readiness (bridge/metrics.py, bridge/doctor.py) ---------
+
+
+def test_cluster_counts_are_read_at_scrape_time_and_absent_for_a_daemon_alone() -> None:
+    from bridge.metrics import Metrics
+
+    metrics = Metrics()
+    assert "agent_bridge_cluster" not in metrics.render().decode()  # no cluster: no series
+    stats = {"leases": 2, "forwarded": 5, "served": 3, "forward_failures": 1}
+    metrics.cluster = lambda: stats
+    m = samples(metrics.render().decode())
+    assert value(m, "agent_bridge_cluster_leases") == 2
+    assert value(m, "agent_bridge_cluster_forwarded_total") == 5
+    assert value(m, "agent_bridge_cluster_served_total") == 3
+    assert value(m, "agent_bridge_cluster_forward_failures_total") == 1
+    stats["leases"], stats["forwarded"] = 0, 6
+    m = samples(metrics.render().decode())
+    assert value(m, "agent_bridge_cluster_leases") == 0 and value(m, "agent_bridge_cluster_forwarded_total") == 6
+
+
+class _PingedStore:
+    """A store that answers `ping` as told: a round trip, an error, or never."""
+
+    def __init__(self) -> None:
+        self.answer: Any = 0.002
+        self.pings = 0
+
+    async def ping(self) -> float:
+        self.pings += 1
+        if self.answer == "never":
+            await trio.sleep_forever()
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return float(self.answer)
+
+
+class _NoSources:
+    def source(self, name: str) -> None:
+        return None
+
+
+class _Manager:
+    def __init__(self, store: Any) -> None:
+        from bridge.config import parse_config
+
+        self.config = parse_config({"routes": {"demo": demo_route()}, "daemon": {"probe_timeout_s": 2}})
+        self.store = store
+        self.accepting = True
+        self.prompts = _NoSources()
+
+    def back_for(self, name: str) -> Any:
+        from bridge.errors import BridgeError
+
+        raise BridgeError("not made here")  # the probe makes its own (demo: always ok)
+
+
+async def _readyz(app: Any, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/readyz", "headers": [(b"host", b"127.0.0.1"), *(headers or [])],
+             "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}  # fmt: skip
+    await app(scope, receive, send)
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], json.loads(body)
+
+
+async def test_readyz_pings_a_postgresql_store_bounded_and_shared(autojump_clock: Any) -> None:
+    from bridge.doctor import STORE_PING_EVERY_S, Readiness
+    from bridge.errors import BackUnavailable
+    from bridge.fronts.http import HttpApp
+    from bridge.health import AdminToken, register
+
+    store = _PingedStore()
+    readiness = Readiness(_Manager(store))
+    readiness.listeners_ready = readiness.store_ready = True
+    app = HttpApp()
+    register(app, readiness=readiness, admin=AdminToken("adm1n-token", configured=True))
+    admin = [(b"authorization", b"Bearer adm1n-token")]
+
+    assert await _readyz(app) == (200, {"status": "ready"})
+    status, body = await _readyz(app, admin)
+    assert status == 200 and body["store"] is True and body["store_detail"] == "2.0 ms round trip"
+    assert store.pings == 1  # the second answer shared the first ping
+
+    store.answer = BackUnavailable("connection to the database lost")
+    await trio.sleep(STORE_PING_EVERY_S)
+    assert await _readyz(app) == (503, {"status": "not ready", "reason": "the store does not answer"})
+    status, body = await _readyz(app, admin)
+    assert status == 503 and body["store"] is False and body["store_detail"] == "connection to the database lost"
+
+    store.answer = "never"  # a database that hangs: the ping is bounded by probe_timeout_s
+    await trio.sleep(STORE_PING_EVERY_S)
+    status, body = await _readyz(app, admin)
+    assert status == 503 and body["store_detail"] == "no answer within 2 s"
+
+    store.answer = 0.0005
+    await trio.sleep(STORE_PING_EVERY_S)
+    assert await _readyz(app) == (200, {"status": "ready"})
+    readiness.manager.accepting = False
+    assert await _readyz(app) == (503, {"status": "not ready", "reason": "stopping"})

@@ -309,6 +309,27 @@ def test_unit_files_pass_systemd_analyze_verify(tmp_path: Path, bridge_exe: list
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed (apt-get install systemd)")
+def test_the_template_unit_passes_systemd_analyze_verify_as_an_instance(tmp_path: Path, bridge_exe: list[str]) -> None:
+    template = (REPO / "systemd" / "agent-bridge@.service").read_text()
+    # An instance, so that verify expands %i as systemd will.
+    unit = tmp_path / "agent-bridge@a.service"
+    unit.write_text(template.replace("/opt/agent-bridge/bin/agent-bridge", bridge_exe[0]))
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+def test_the_template_unit_runs_one_instance_per_name() -> None:
+    template = (REPO / "systemd" / "agent-bridge@.service").read_text()
+    for line in [
+        "ExecStart=/opt/agent-bridge/bin/agent-bridge serve --config /etc/agent-bridge/%i.toml",
+        "StateDirectory=agent-bridge/%i", "RuntimeDirectory=agent-bridge/%i", "Type=notify", "WatchdogSec=",
+        "RestartPreventExitStatus=78", "KillMode=mixed", "ExecReload=", "ProtectSystem=strict",
+    ]:  # fmt: skip
+        assert f"\n{line}" in template, line
+    assert "%i is the instance's name" in template
+
+
 def test_unit_files_say_what_the_issue_asks() -> None:
     service = (REPO / "systemd" / "agent-bridge.service").read_text()
     sock = (REPO / "systemd" / "agent-bridge.socket").read_text()
