@@ -116,10 +116,10 @@ class TaskService:
         content = quoted + content
         mid, meta = msg.message_id, _client_meta(msg)
         try:
-            turn = session.start_turn(content, message_id=mid, meta=meta)
+            turn = await session.begin_turn(content, message_id=mid, meta=meta)
         except Busy:  # taken meanwhile by another request of the same context
             session = await self._side_session(route, context_id)
-            turn = session.start_turn(content, message_id=mid, meta=meta)
+            turn = await session.begin_turn(content, message_id=mid, meta=meta)
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
@@ -167,7 +167,7 @@ class TaskService:
             live.kept.task.mids[question.id] = msg.message_id  # its row is staged as it turns WORKING
             live.kept.keep_sent(question.id, msg)
             self._with_push(live.kept, push, dialect)
-            live.session.answer(question.id, selected=selected, text=text, values=values)
+            await live.session.send_answer(question.id, selected=selected, text=text, values=values)
             return live
         kept = await self.kept(route, task_id)
         projector = kept.projector
@@ -179,7 +179,7 @@ class TaskService:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, not waiting for input")
         session = await self.manager.get(kept.record.session_id)
         content = blocks_of_message(msg)
-        turn = session.start_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
+        turn = await session.begin_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
         kept.task.turns.append(turn.turn_id)  # a continuation turn has no row: its id is no task
         kept.task.mids[turn.turn_id] = msg.message_id
         kept.keep_sent(turn.turn_id, msg)
@@ -348,7 +348,7 @@ class TaskService:
     async def cancel(self, route: str, task_id: str) -> TaskProjector:
         live = self.live.get(task_id)
         if live is not None and live.kept.record.route == route:
-            live.session.cancel()
+            await live.session.send_cancel()
             with trio.move_on_after(live.session.route.cancel_grace_s + 2):
                 await live.wait_ended()
             return live.projector
