@@ -144,6 +144,10 @@ class LiveTask:
         self._unsubscribe: Callable[[], None] | None = None
         # Where a SubscribeToTask stream waits when the turn ends interrupted (TaskService).
         self.handoff: Callable[[SseStream], None] = SseStream.close
+        # The last event taken: a session another instance runs delivers from the store,
+        # from where it stood when subscribed, maybe from before the turn (`start`,
+        # `resume`): what the projector has seen already is skipped.
+        self._seen = 0
 
     @property
     def task_id(self) -> str:
@@ -152,12 +156,25 @@ class LiveTask:
     def start(self, *, turn_started: Event) -> None:
         """Subscribe to the session and take the turn's first event (already emitted)."""
         self._unsubscribe = self.session.subscribe(self)
+        turn_started.seq = self.turn.first_seq
         self.deliver(turn_started)
+
+    def resume(self, held: list[Event], through_seq: int) -> None:
+        """Subscribe to a session whose turn is under way (another instance runs it): the
+        projector has its events through `through_seq`; `held`, what arrived while they
+        were read (bridge/fronts/a2a/remote.py), and every later event follow."""
+        self._seen = through_seq
+        self._unsubscribe = self.session.subscribe(self)
+        for event in held:
+            self.deliver(event)
 
     # -- Subscriber -----------------------------------------------------------------------
     def deliver(self, event: Event) -> None:
         if self.ended:
             return
+        if event.seq <= self._seen:
+            return
+        self._seen = event.seq
         before = self.projector.state
         out = self.projector.feed(event, time.time())
         if isinstance(event, TurnEnded) and event.turn_id == self.turn_id:
