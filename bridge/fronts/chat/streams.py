@@ -88,6 +88,7 @@ class _Stream:
         "unsubscribe",
         "_waiting",
         "_armed",
+        "_stored",
     )
 
     def __init__(self, streams: ChatStreams, session: Session) -> None:
@@ -109,6 +110,7 @@ class _Stream:
         # Made on first use: an empty deque is ~0.7 KiB per watched session.
         self._waiting: deque[tuple[Turn | None, list[TextFrame]]] | None = None
         self._armed: Turn | None = None  # the turn whose `when_done` will pump `_waiting`
+        self._stored: Turn | None = None  # ... and once it did: that turn's end is stored
         self.unsubscribe = session.subscribe(self)
 
     async def start(self, manager: SessionManager) -> None:
@@ -163,13 +165,19 @@ class _Stream:
     def _pump(self) -> None:
         while self._waiting:
             gate, texts = self._waiting[0]
-            if gate is not None and gate.ended is None:  # its end is being stored
+            if gate is not None and gate is not self._stored:  # its end is being stored
                 if self._armed is not gate:
                     self._armed = gate
-                    gate.when_done(self._pump)
+                    gate.when_done(lambda: self._stored_end(gate))  # at once if it is stored
+                    if self._stored is gate:
+                        continue  # it was, and that call pumped: look again
                 return
             self._waiting.popleft()
             self._send(texts)
+
+    def _stored_end(self, turn: Any) -> None:
+        self._stored = turn
+        self._pump()
 
     def _send(self, texts: list[TextFrame]) -> None:
         if self.dead:
