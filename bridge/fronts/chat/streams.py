@@ -40,8 +40,9 @@ from bridge.fronts.chat.replay import feed_stored, origin, origin_of
 from bridge.fronts.chat.runs import RunBook
 from bridge.schema.chat import TurnProjection
 from bridge.session import Session, SessionManager, Turn
+from bridge.store import SessionRecord
 
-__all__ = ["ChatStreams", "TextFrame", "Watcher"]
+__all__ = ["ChatStreams", "TextFrame", "Watcher", "turn_open"]
 
 log = logging.getLogger("bridge.fronts.chat")
 
@@ -66,6 +67,12 @@ class Watcher(Protocol):
 
 def _nothing() -> None:
     pass
+
+
+def turn_open(record: SessionRecord) -> bool:
+    """The stored summary says a turn started and has not ended: it runs (on another
+    instance of a cluster), or its process stopped and the turn is not closed yet."""
+    return bool(record.turn_count) and record.last_stop is None and not record.last_cut
 
 
 class _Stream:
@@ -354,14 +361,17 @@ class ChatStreams:
         `before` (None: the newest runs), derived from the stored log from the first
         run's checkpoint; the last frame number they reach; and where the page before
         them ends (the `before` of the next older page), None when this page is the first."""
-        live = self.manager.live(session_id)
+        live: Any = self.manager.live(session_id)
+        if live is None:
+            record = await self.manager.store.get_session(session_id)
+            if record is None:
+                raise NotFound(f"unknown session {session_id!r}")
+            if turn_open(record) and not self.manager.cluster.solo:
+                live = await self.manager.get(session_id)  # another instance runs it: asked to store its events
         if live is not None:
             runs = RunBook.of_session(live)
             await live.flush()  # the running turn's record is listed, its events readable
         else:
-            record = await self.manager.store.get_session(session_id)
-            if record is None:
-                raise NotFound(f"unknown session {session_id!r}")
             runs = RunBook.of_record(record)
         store = self.manager.store
         turns = await store.list_turns(session_id, before_seq=before, limit=limit + 1, newest_first=True)
