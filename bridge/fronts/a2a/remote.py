@@ -74,19 +74,19 @@ async def follow(service: Any, route: str, task_id: str) -> LiveTask | None:
     unsubscribe = session.subscribe(buffer)  # before the read: nothing falls between the two
     try:
         kept, through = await replay_through(manager, route, task_id, record, session=session)
+        live = service.live.get(task_id)
+        if live is not None:  # followed meanwhile by another request: one copy
+            return live
+        if kept.projector.current_turn is None:
+            return None  # it ended as it was read
+        live = LiveTask(session, kept, turn, on_state=service._state_changed, on_end=service._ended)
+        live.handoff = lambda stream: service.waiting.add(kept.projector, stream, session)
+        service.live[task_id] = live
+        service._recent.pop(task_id, None)
+        live.resume(buffer.events, through)  # subscribed before the buffer lets go
+        return live
     finally:
         unsubscribe()
-    live = service.live.get(task_id)
-    if live is not None:  # followed meanwhile by another request: one copy
-        return live
-    if kept.projector.current_turn is None:
-        return None  # it ended as it was read
-    live = LiveTask(session, kept, turn, on_state=service._state_changed, on_end=service._ended)
-    live.handoff = lambda stream: service.waiting.add(kept.projector, stream, session)
-    service.live[task_id] = live
-    service._recent.pop(task_id, None)
-    live.resume(buffer.events, through)
-    return live
 
 
 class RowForwarder:
