@@ -67,7 +67,12 @@ async def replay_through(
     session = session or manager.live(record.session_id)
     if session is None and first is not None and through is None and not manager.cluster.solo:
         session = await manager.get(record.session_id)  # its turn runs, here or on another instance
-    running = session is not None and session.busy and session.turn is not None and session.turn.turn_id == turn_ids[-1]
+    # Read after the owner stored what it holds, a turn with no end is running there (or its
+    # instance stopped and the cluster closes it soon); here, only if it is our running one.
+    running = session is not None and (
+        manager.live(session.id) is not session
+        or (session.busy and session.turn is not None and session.turn.turn_id == turn_ids[-1])
+    )
     if first is None:  # its first turn was never stored: no event of it either (never the session's whole log)
         events = []
     elif session is not None:

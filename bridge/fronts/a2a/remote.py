@@ -67,9 +67,9 @@ async def follow(service: Any, route: str, task_id: str) -> LiveTask | None:
     if turn_record is None or turn_record.last_seq is not None:
         return None  # its latest turn ended: nothing to follow (or not stored yet: nothing to find)
     session = await manager.get(record.session_id)
-    turn = session.turn
-    if not session.busy or turn is None or turn.turn_id != record.turn_id:
-        return None
+    if runs_here(manager, session):
+        return None  # then a turn of it running would be in `service.live`: this one was cut off
+    turn = session.turn if session.turn is not None and session.turn.turn_id == record.turn_id else None
     buffer = _Buffer()
     unsubscribe = session.subscribe(buffer)  # before the read: nothing falls between the two
     try:

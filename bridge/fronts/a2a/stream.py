@@ -132,8 +132,10 @@ class LiveTask:
         self.session = session
         self.kept = kept  # the task's row and data (bridge/fronts/a2a/state.py)
         self.projector: TaskProjector = kept.projector
+        # None: a turn another instance runs, not mirrored here yet (its session's `turn`
+        # is, by the time its `TurnEnded` is delivered).
         self.turn = turn
-        self.turn_id: str = turn.turn_id
+        self.turn_id: str = turn.turn_id if turn is not None else kept.record.turn_id
         self.streams: list[SseStream] = []
         self.ended = False  # its turn ended (the task may still be interrupted, not terminal)
         self.settled = False  # ... and the session stored that: clients may hear it now
@@ -182,7 +184,11 @@ class LiveTask:
             if self._unsubscribe is not None:
                 self._unsubscribe()
             self._on_end(self)  # now: the task's state joins the record the session writes next
-            self.turn.when_done(lambda: self._settle(out))
+            turn = self.turn or self.session.turn
+            if turn is not None and turn.turn_id == self.turn_id:
+                turn.when_done(lambda: self._settle(out))
+            else:
+                self._settle(out)  # followed from the store: stored already
             return
         if out:
             self._fan_out(out)
@@ -265,6 +271,13 @@ class LiveTask:
         """Until the task is terminal or interrupted, and clients may hear it (a blocking
         SendMessage returns then)."""
         while not (self.settled or (self.projector.stopped and not self.ended)):
+            await self._changed.wait()
+
+    async def wait_answered(self, question_id: str) -> None:
+        """Until the task's question `question_id` is no longer open (at once on a session
+        this instance runs: the answer is emitted as it is given; on another instance's,
+        once its `QuestionAnswered` is followed here)."""
+        while not self.ended and (q := self.projector.open_question) is not None and q.id == question_id:
             await self._changed.wait()
 
     async def wait_ended(self) -> None:

@@ -170,6 +170,7 @@ class TaskService:
             live.kept.keep_sent(question.id, msg)
             self._with_push(live.kept, push, dialect)
             await live.session.send_answer(question.id, selected=selected, text=text, values=values)
+            await live.wait_answered(question.id)  # the task is WORKING again as SendMessage returns
             return live
         kept = await self.kept(route, task_id)
         projector = kept.projector

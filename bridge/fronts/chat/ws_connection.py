@@ -32,7 +32,7 @@ from bridge.errors import (
     ParseError,
     PeerError,
 )
-from bridge.fronts.chat.runs import keep_run
+from bridge.fronts.chat.runs import run_meta
 from bridge.fronts.chat.streams import TextFrame
 from bridge.fronts.chat.ws_send import (
     AsgiSender,
@@ -419,10 +419,10 @@ class WsConnection:
             if option is not None and value in {v.value for v in option.values}:
                 await session.set_option(option.id, value)
             # Other values are ignored: Blade clients send mode "executing" to every agent (Blade api/chat-flow.md, `chat:send`).
-        turn = await session.begin_turn(content)
-        if p.headless or p.output_schema is not None:
-            # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
-            keep_run(turn.record, chat.RunOptions(headless=True, output_schema=p.output_schema))
+        headless = p.headless or p.output_schema is not None
+        # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
+        meta = run_meta(chat.RunOptions(headless=True, output_schema=p.output_schema)) if headless else None
+        await session.begin_turn(content, record_meta=meta)
 
     async def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
         projector = self.front.streams.live_projector(session.id)
