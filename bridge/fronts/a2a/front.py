@@ -48,6 +48,7 @@ from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, codes_for
 from bridge.fronts.a2a.push import PushService
+from bridge.fronts.a2a.remote import follow
 from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
@@ -334,7 +335,7 @@ class A2AFront:
             config = req.configuration
             live.attach(stream, history_length=_history(config.history_length if config else None))
             return stream
-        live = self.tasks.live.get(req.id)
+        live = self.tasks.live.get(req.id) or await follow(self.tasks, name, req.id)
         if live is not None and live.session.record.route == name:
             self.tasks.waiting.check(req.id, running=sum(st.to_end for st in live.streams))
             live.attach(stream)

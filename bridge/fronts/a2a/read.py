@@ -32,7 +32,7 @@ from bridge.schema import a2a as s
 from bridge.session import SessionManager
 from bridge.store import TaskRecord, TurnRecord
 
-__all__ = ["list_tasks", "replay"]
+__all__ = ["list_tasks", "replay", "replay_through"]
 
 _S = s.TaskState
 _enc = msgspec.json.Encoder()
@@ -41,6 +41,15 @@ _CURSOR = msgspec.json.Decoder(tuple[float, str])
 
 async def replay(manager: SessionManager, route: str, task_id: str, record: TaskRecord | None = None) -> Kept:
     """The task as its row and its turns' stored events say (`record`: its row, if read already)."""
+    return (await replay_through(manager, route, task_id, record))[0]
+
+
+async def replay_through(
+    manager: SessionManager, route: str, task_id: str, record: TaskRecord | None = None, *, session: Any = None
+) -> tuple[Kept, int]:
+    """`replay`, and the last event it read. `session`: the task's, if got already. A turn
+    that runs on another instance of a cluster is read as far as it went (that instance
+    stores its events first), not as cut off."""
     if record is None:
         record = await manager.store.get_task(task_id)
     if record is None or record.route != route:
@@ -55,7 +64,15 @@ async def replay(manager: SessionManager, route: str, task_id: str, record: Task
     first, last = turns.get(task_id), turns.get(turn_ids[-1])
     after = first.first_seq - 1 if first is not None else 0
     through = last.last_seq if last is not None else None  # None while it runs
-    session = manager.live(record.session_id)
+    session = session or manager.live(record.session_id)
+    if session is None and first is not None and through is None and not manager.cluster.solo:
+        session = await manager.get(record.session_id)  # its turn runs, here or on another instance
+    # Read after the owner stored what it holds, a turn with no end is running there (or its
+    # instance stopped and the cluster closes it soon); here, only if it is our running one.
+    running = session is not None and (
+        manager.live(session.id) is not session
+        or (session.busy and session.turn is not None and session.turn.turn_id == turn_ids[-1])
+    )
     if first is None:  # its first turn was never stored: no event of it either (never the session's whole log)
         events = []
     elif session is not None:
@@ -77,7 +94,7 @@ async def replay(manager: SessionManager, route: str, task_id: str, record: Task
         projector.feed(event, ts)
         if isinstance(event, TurnEnded):
             current = None
-    if current is not None or projector.current_turn is not None:
+    if (current is not None or projector.current_turn is not None) and not running:
         # The daemon stopped in the middle of this turn: it will never end now.
         cut = projector.current_turn or turn_ids[-1]
         error = TurnError(message="the bridge stopped while this task was running", kind="interrupted")
@@ -85,7 +102,7 @@ async def replay(manager: SessionManager, route: str, task_id: str, record: Task
         projector.feed(TurnEnded(turn_id=cut, stop_reason=StopReason.FAILED, error=error), (t.started_at if t else time.time()))
     if record.state == _S.CANCELED and projector.state in s.INTERRUPTED_STATES:
         projector.feed_canceled(record.status_ts)  # canceled while it waited
-    return Kept(record, task, projector, writable=writable)
+    return Kept(record, task, projector, writable=writable), events[-1].seq if events else 0
 
 
 async def list_tasks(service: Any, route: str, req: s.ListTasksRequest) -> s.ListTasksResponse:

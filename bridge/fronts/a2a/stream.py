@@ -132,8 +132,10 @@ class LiveTask:
         self.session = session
         self.kept = kept  # the task's row and data (bridge/fronts/a2a/state.py)
         self.projector: TaskProjector = kept.projector
+        # None: a turn another instance runs, not mirrored here yet (its session's `turn`
+        # is, by the time its `TurnEnded` is delivered).
         self.turn = turn
-        self.turn_id: str = turn.turn_id
+        self.turn_id: str = turn.turn_id if turn is not None else kept.record.turn_id
         self.streams: list[SseStream] = []
         self.ended = False  # its turn ended (the task may still be interrupted, not terminal)
         self.settled = False  # ... and the session stored that: clients may hear it now
@@ -144,6 +146,10 @@ class LiveTask:
         self._unsubscribe: Callable[[], None] | None = None
         # Where a SubscribeToTask stream waits when the turn ends interrupted (TaskService).
         self.handoff: Callable[[SseStream], None] = SseStream.close
+        # The last event taken: a session another instance runs delivers from the store,
+        # from where it stood when subscribed, maybe from before the turn (`start`,
+        # `resume`): what the projector has seen already is skipped.
+        self._seen = 0
 
     @property
     def task_id(self) -> str:
@@ -152,12 +158,25 @@ class LiveTask:
     def start(self, *, turn_started: Event) -> None:
         """Subscribe to the session and take the turn's first event (already emitted)."""
         self._unsubscribe = self.session.subscribe(self)
+        turn_started.seq = self.turn.first_seq
         self.deliver(turn_started)
+
+    def resume(self, held: list[Event], through_seq: int) -> None:
+        """Subscribe to a session whose turn is under way (another instance runs it): the
+        projector has its events through `through_seq`; `held`, what arrived while they
+        were read (bridge/fronts/a2a/remote.py), and every later event follow."""
+        self._seen = through_seq
+        self._unsubscribe = self.session.subscribe(self)
+        for event in held:
+            self.deliver(event)
 
     # -- Subscriber -----------------------------------------------------------------------
     def deliver(self, event: Event) -> None:
         if self.ended:
             return
+        if event.seq <= self._seen:
+            return
+        self._seen = event.seq
         before = self.projector.state
         out = self.projector.feed(event, time.time())
         if isinstance(event, TurnEnded) and event.turn_id == self.turn_id:
@@ -165,7 +184,11 @@ class LiveTask:
             if self._unsubscribe is not None:
                 self._unsubscribe()
             self._on_end(self)  # now: the task's state joins the record the session writes next
-            self.turn.when_done(lambda: self._settle(out))
+            turn = self.turn or self.session.turn
+            if turn is not None and turn.turn_id == self.turn_id:
+                turn.when_done(lambda: self._settle(out))
+            else:
+                self._settle(out)  # followed from the store: stored already
             return
         if out:
             self._fan_out(out)
@@ -248,6 +271,13 @@ class LiveTask:
         """Until the task is terminal or interrupted, and clients may hear it (a blocking
         SendMessage returns then)."""
         while not (self.settled or (self.projector.stopped and not self.ended)):
+            await self._changed.wait()
+
+    async def wait_answered(self, question_id: str) -> None:
+        """Until the task's question `question_id` is no longer open (at once on a session
+        this instance runs: the answer is emitted as it is given; on another instance's,
+        once its `QuestionAnswered` is followed here)."""
+        while not self.ended and (q := self.projector.open_question) is not None and q.id == question_id:
             await self._changed.wait()
 
     async def wait_ended(self) -> None:

@@ -44,6 +44,7 @@ from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import TurnStarted
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
 from bridge.fronts.a2a.read import list_tasks, replay
+from bridge.fronts.a2a.remote import RowForwarder, follow
 from bridge.fronts.a2a.state import A2AContext, A2ATask, Kept
 from bridge.fronts.a2a.stream import LiveTask, SseStream
 from bridge.fronts.a2a.waiting import WaitingStreams
@@ -72,6 +73,7 @@ class TaskService:
         self._reap_now = trio.Event()
         self._reaper_running = False
         self.push: Any = None  # the PushService (a2a_push.py), set by the front
+        self.rows = RowForwarder(manager)  # what we stage in sessions other instances run
         manager.keep_alive.append(_holds_a_task)  # the daemon's idle reaper leaves those to ours
 
     # -- sending -------------------------------------------------------------------------------
@@ -116,10 +118,10 @@ class TaskService:
         content = quoted + content
         mid, meta = msg.message_id, _client_meta(msg)
         try:
-            turn = session.start_turn(content, message_id=mid, meta=meta)
+            turn = await session.begin_turn(content, message_id=mid, meta=meta)
         except Busy:  # taken meanwhile by another request of the same context
             session = await self._side_session(route, context_id)
-            turn = session.start_turn(content, message_id=mid, meta=meta)
+            turn = await session.begin_turn(content, message_id=mid, meta=meta)
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
@@ -153,7 +155,7 @@ class TaskService:
     async def _continue(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
         task_id = msg.task_id
         assert task_id is not None
-        live = self.live.get(task_id)
+        live = self.live.get(task_id) or await follow(self, route, task_id)
         if live is not None:
             self._check(route, live.kept.record.route, live.projector.context_id, msg.context_id, task_id)
             question = live.projector.open_question
@@ -167,7 +169,8 @@ class TaskService:
             live.kept.task.mids[question.id] = msg.message_id  # its row is staged as it turns WORKING
             live.kept.keep_sent(question.id, msg)
             self._with_push(live.kept, push, dialect)
-            live.session.answer(question.id, selected=selected, text=text, values=values)
+            await live.session.send_answer(question.id, selected=selected, text=text, values=values)
+            await live.wait_answered(question.id)  # the task is WORKING again as SendMessage returns
             return live
         kept = await self.kept(route, task_id)
         projector = kept.projector
@@ -179,7 +182,7 @@ class TaskService:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, not waiting for input")
         session = await self.manager.get(kept.record.session_id)
         content = blocks_of_message(msg)
-        turn = session.start_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
+        turn = await session.begin_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
         kept.task.turns.append(turn.turn_id)  # a continuation turn has no row: its id is no task
         kept.task.mids[turn.turn_id] = msg.message_id
         kept.keep_sent(turn.turn_id, msg)
@@ -263,6 +266,7 @@ class TaskService:
     def _state_changed(self, live: LiveTask, event: s.StreamResponse) -> None:
         if not live.ended:  # its end was staged by `_ended`
             live.session.stage_task(live.kept.row())
+            self.rows.staged(live.session)
         if self.push is not None:
             self.push.notify(live.session, live.kept, event)
 
@@ -275,6 +279,7 @@ class TaskService:
             state.held = p.task_id
         elif state.held == p.task_id:
             state.held = None
+        self.rows.staged(live.session)
         if self.live.get(p.task_id) is live:
             del self.live[p.task_id]
         self._remember(live.kept)
@@ -330,6 +335,8 @@ class TaskService:
         if kept.record.route != route:
             raise NotFound(f"unknown task {task_id!r}")
         if live is None:
+            if kept.projector.state not in s.TERMINAL_STATES and not self.manager.cluster.solo:
+                return None  # another instance may have carried it on since: read it again
             self._recent.move_to_end(task_id)
         return kept
 
@@ -341,14 +348,15 @@ class TaskService:
             kept = self._in_memory(route, task_id)  # read meanwhile by another request: one copy
             if kept is None:
                 kept = read
-                self._remember(kept)
+                if read.projector.current_turn is None:  # else it runs on another instance: read it again
+                    self._remember(kept)
         return kept
 
     # -- cancel ------------------------------------------------------------------------------------
     async def cancel(self, route: str, task_id: str) -> TaskProjector:
-        live = self.live.get(task_id)
+        live = self.live.get(task_id) or await follow(self, route, task_id)
         if live is not None and live.kept.record.route == route:
-            live.session.cancel()
+            await live.session.send_cancel()
             with trio.move_on_after(live.session.route.cancel_grace_s + 2):
                 await live.wait_ended()
             return live.projector

@@ -178,14 +178,14 @@ class AcpConnection:
         if kind is Call:
             await self.conn.serve_call(msg, self._dispatch, what="ACP")  # type: ignore[arg-type]
         elif kind is Notify:
-            self._notification(msg)  # type: ignore[arg-type]
+            await self._notification(msg)  # type: ignore[arg-type]
         elif kind is CancelRequested:
             rid = msg.request_id  # type: ignore[union-attr]
             session = self.prompts.get(rid)
             if session is not None:
                 # A prompt is withdrawn as `session/cancel` does: its turn is cancelled and
                 # the prompt answered stopReason `cancelled` (ACP, Prompt Turn: Cancellation).
-                session.cancel()
+                await _cancel(session)
             else:
                 self.conn.cancel_served(rid)  # any other request: answered -32800
         else:
@@ -208,13 +208,13 @@ class AcpConnection:
         params_type, handler = entry
         return await handler(call, decode_params(call.params, params_type))
 
-    def _notification(self, note: Notify) -> None:
+    async def _notification(self, note: Notify) -> None:
         try:
             if note.method == "session/cancel":
                 params = decode_params(note.params, acp.SessionIdParams)
                 att = self.attached.get(params.session_id)
                 if att is not None:
-                    att.session.cancel()
+                    await _cancel(att.session)
             else:
                 log.debug("ignored ACP notification %s", note.method)
         except PeerError as exc:
@@ -371,7 +371,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
-        turn = session.start_turn([block_in(b) for b in p.prompt])
+        turn = await session.begin_turn([block_in(b) for b in p.prompt])
         self.prompts[call.id] = session
         assert self._nursery is not None
         self._nursery.start_soon(self._answer_prompt, call.id, turn)
@@ -417,6 +417,15 @@ class AcpConnection:
             self.questions.answered(session, event)
         elif isinstance(event, TurnEnded):
             self.questions.seen(session.id, event)
+
+
+async def _cancel(session: Session) -> None:
+    """Cancel the session's running turn for a notification, which has no answer to carry
+    an error: one that cannot reach the turn (its instance gone) is logged."""
+    try:
+        await session.send_cancel()
+    except BridgeError as exc:
+        log.warning("ACP cancel of session %s failed: %s", session.id, exc.message)
 
 
 class _TurnFailed(BridgeError):

@@ -60,7 +60,7 @@ class EditorQuestions:
         except Exception:
             log.exception("asking the editor question %s of session %s failed; answered cancelled", question.id, session.id)
             try:
-                _answer(session, question.id, cancelled=True)
+                await _answer(session, question.id, cancelled=True)
             except Exception:
                 log.exception("cancelling question %s of session %s failed", question.id, session.id)
 
@@ -72,7 +72,7 @@ class EditorQuestions:
                 params: Any = codec.elicitation_request(session.id, with_schema(question))
                 outcome = await self._request("elicitation/create", params, question_id=question.id)
                 if type(outcome) is not RequestError:
-                    self._settle(session, question, outcome, acp.ElicitationResult)
+                    await self._settle(session, question, outcome, acp.ElicitationResult)
                     return
                 # An editor that declared forms but fails this one (ACP schema,
                 # `elicitation/create` is still unstable; some clients answer -32601):
@@ -85,37 +85,37 @@ class EditorQuestions:
                 if turn is None or turn.open_question(question.id) is None:
                     return  # answered meanwhile (another client, a timeout, a cancel)
             if question.kind == "form":
-                _answer(session, question.id, cancelled=True, by="front")  # nobody can see it here
+                await _answer(session, question.id, cancelled=True, by="front")  # nobody can see it here
                 return
         tool_call = self._tool_calls.get(session.id, {}).get(question.tool_call_id or "")
         params = codec.permission_request(session.id, question, tool_call)
         outcome = await self._request("session/request_permission", params, question_id=question.id)
-        self._settle(session, question, outcome, acp.RequestPermissionResult)
+        await self._settle(session, question, outcome, acp.RequestPermissionResult)
 
-    def _settle(self, session: Session, question: Question, outcome: Any, result_type: type) -> None:
+    async def _settle(self, session: Session, question: Question, outcome: Any, result_type: type) -> None:
         """Answer `question` in `session` from the editor's `outcome` of our request."""
         method = "elicitation/create" if result_type is acp.ElicitationResult else "session/request_permission"
         if type(outcome) is not RequestResult or outcome.result is None:
             if type(outcome) is RequestError:
                 log.warning("editor answered %s with an error: %s", method, outcome.error.message)
-            _answer(session, question.id, cancelled=True)
+            await _answer(session, question.id, cancelled=True)
             return
         try:
             result = decode_params(outcome.result, result_type)
         except PeerError as exc:  # InvalidParams, or ParseError for bytes that are not JSON
             log.warning("editor's answer to %s is invalid: %s", method, exc.message)
-            _answer(session, question.id, cancelled=True)
+            await _answer(session, question.id, cancelled=True)
             return
         if isinstance(result, acp.RequestPermissionResult):
             if result.outcome.outcome == "selected" and result.outcome.option_id:
-                _answer(session, question.id, selected=[result.outcome.option_id])
+                await _answer(session, question.id, selected=[result.outcome.option_id])
             else:
-                _answer(session, question.id, cancelled=True)
+                await _answer(session, question.id, cancelled=True)
         else:
             if result.action == "accept":
-                _answer(session, question.id, **answer_of(question, result.content or {}))
+                await _answer(session, question.id, **answer_of(question, result.content or {}))
             else:
-                _answer(session, question.id, cancelled=True)
+                await _answer(session, question.id, cancelled=True)
 
     def seen(self, session_id: str, event: Event) -> None:
         """Keep what the editor was told of each tool call of the running turn, so a
@@ -147,12 +147,12 @@ class EditorQuestions:
             self._asked.pop(question_id, None)
 
 
-def _answer(session: Session, question_id: str, **answer: Any) -> None:
+async def _answer(session: Session, question_id: str, **answer: Any) -> None:
     try:
-        session.answer(question_id, **answer)
+        await session.send_answer(question_id, **answer)
     except NotFound:
         pass  # already answered: by a timeout, a cancel or another client
     except InvalidParams as exc:
         log.warning("editor's answer does not fit the question: %s", exc.message)
-        session.answer(question_id, cancelled=True)
+        await session.send_answer(question_id, cancelled=True)
 

@@ -42,7 +42,7 @@ from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
 from bridge.fronts.chat.access import Access
-from bridge.fronts.chat.streams import ChatStreams
+from bridge.fronts.chat.streams import ChatStreams, turn_open
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
 from bridge.fronts.chat.state import ChatSessionState
 from bridge.session import SessionManager, decode_front_state
@@ -233,6 +233,8 @@ class _Api:
             record = live.record  # its summary is newer than the stored one
         if not record.turn_count:
             return "created"
+        if turn_open(record) and not self.manager.cluster.solo:
+            return "running"  # on another instance (or cut off, until the cluster closes it)
         if record.last_stop is None or record.last_cut:
             return "interrupted"  # the daemon stopped during it (closed at its next start)
         return _STATUS.get(record.last_stop, "completed")

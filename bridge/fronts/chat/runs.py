@@ -4,9 +4,10 @@ A headless `chat:send` (Blade API docs, api/chat-flow.md: `headless`, `output_sc
 asks for `RunOptions` that hold for its run alone. They are kept in that run's turn
 record, as builtins under `TurnRecord.meta[RUN_META_KEY]`:
 
-- set by the `chat:send` right after its turn starts (`keep_run`,
-  bridge/fronts/chat/ws_connection.py), so they are stored with the turn's start
-  record, and the chat back reads them from the running turn's record to pass them on
+- given by the `chat:send` as its turn starts (`run_meta`, the turn's `record_meta`,
+  bridge/fronts/chat/ws_connection.py; on the instance that runs the session, wherever
+  the client is), so they are stored with the turn's start record, and the chat back
+  reads them from the running turn's record to pass them on
   (bridge/backs/chat/server.py `run_options`);
 - the output check's outcome (`RunOptions.check`) is added by the live stream as the
   session delivers the run's `TurnEnded`, before it stages the turn's end record
@@ -38,7 +39,7 @@ from bridge.schema.chat import RunOptions
 from bridge.session import Session, stored_front_state
 from bridge.store import SessionRecord, TurnRecord
 
-__all__ = ["RUN_META_KEY", "RunBook", "keep_run", "run_of"]
+__all__ = ["RUN_META_KEY", "RunBook", "keep_run", "run_meta", "run_of"]
 
 log = logging.getLogger("bridge.fronts.chat")
 
@@ -49,6 +50,11 @@ def keep_run(record: TurnRecord | None, options: RunOptions) -> None:
     """Keep `options` with the run whose turn has `record` (written with its next flush)."""
     if record is not None:
         record.meta[RUN_META_KEY] = msgspec.to_builtins(options)
+
+
+def run_meta(options: RunOptions) -> dict[str, Any]:
+    """What a run's turn record starts with (`Session.begin_turn(record_meta=...)`)."""
+    return {RUN_META_KEY: msgspec.to_builtins(options)}
 
 
 def run_of(meta: Mapping[str, Any]) -> RunOptions | None:

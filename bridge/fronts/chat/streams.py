@@ -40,8 +40,9 @@ from bridge.fronts.chat.replay import feed_stored, origin, origin_of
 from bridge.fronts.chat.runs import RunBook
 from bridge.schema.chat import TurnProjection
 from bridge.session import Session, SessionManager, Turn
+from bridge.store import SessionRecord
 
-__all__ = ["ChatStreams", "TextFrame", "Watcher"]
+__all__ = ["ChatStreams", "TextFrame", "Watcher", "turn_open"]
 
 log = logging.getLogger("bridge.fronts.chat")
 
@@ -68,6 +69,12 @@ def _nothing() -> None:
     pass
 
 
+def turn_open(record: SessionRecord) -> bool:
+    """The stored summary says a turn started and has not ended: it runs (on another
+    instance of a cluster), or its process stopped and the turn is not closed yet."""
+    return bool(record.turn_count) and record.last_stop is None and not record.last_cut
+
+
 class _Stream:
     """A session subscriber that turns its events into chat frames for its watchers."""
 
@@ -88,6 +95,7 @@ class _Stream:
         "unsubscribe",
         "_waiting",
         "_armed",
+        "_stored",
     )
 
     def __init__(self, streams: ChatStreams, session: Session) -> None:
@@ -109,6 +117,7 @@ class _Stream:
         # Made on first use: an empty deque is ~0.7 KiB per watched session.
         self._waiting: deque[tuple[Turn | None, list[TextFrame]]] | None = None
         self._armed: Turn | None = None  # the turn whose `when_done` will pump `_waiting`
+        self._stored: Turn | None = None  # ... and once it did: that turn's end is stored
         self.unsubscribe = session.subscribe(self)
 
     async def start(self, manager: SessionManager) -> None:
@@ -163,13 +172,19 @@ class _Stream:
     def _pump(self) -> None:
         while self._waiting:
             gate, texts = self._waiting[0]
-            if gate is not None and gate.ended is None:  # its end is being stored
+            if gate is not None and gate is not self._stored:  # its end is being stored
                 if self._armed is not gate:
                     self._armed = gate
-                    gate.when_done(self._pump)
+                    gate.when_done(lambda: self._stored_end(gate))  # at once if it is stored
+                    if self._stored is gate:
+                        continue  # it was, and that call pumped: look again
                 return
             self._waiting.popleft()
             self._send(texts)
+
+    def _stored_end(self, turn: Any) -> None:
+        self._stored = turn
+        self._pump()
 
     def _send(self, texts: list[TextFrame]) -> None:
         if self.dead:
@@ -346,14 +361,17 @@ class ChatStreams:
         `before` (None: the newest runs), derived from the stored log from the first
         run's checkpoint; the last frame number they reach; and where the page before
         them ends (the `before` of the next older page), None when this page is the first."""
-        live = self.manager.live(session_id)
+        live: Any = self.manager.live(session_id)
+        if live is None:
+            record = await self.manager.store.get_session(session_id)
+            if record is None:
+                raise NotFound(f"unknown session {session_id!r}")
+            if turn_open(record) and not self.manager.cluster.solo:
+                live = await self.manager.get(session_id)  # another instance runs it: asked to store its events
         if live is not None:
             runs = RunBook.of_session(live)
             await live.flush()  # the running turn's record is listed, its events readable
         else:
-            record = await self.manager.store.get_session(session_id)
-            if record is None:
-                raise NotFound(f"unknown session {session_id!r}")
             runs = RunBook.of_record(record)
         store = self.manager.store
         turns = await store.list_turns(session_id, before_seq=before, limit=limit + 1, newest_first=True)

@@ -32,7 +32,7 @@ from bridge.errors import (
     ParseError,
     PeerError,
 )
-from bridge.fronts.chat.runs import keep_run
+from bridge.fronts.chat.runs import run_meta
 from bridge.fronts.chat.streams import TextFrame
 from bridge.fronts.chat.ws_send import (
     AsgiSender,
@@ -380,7 +380,7 @@ class WsConnection:
             await self._send(p)
         elif event == "chat:stop":
             session = await self.front.manager.get(p.session_id)
-            session.cancel()  # the run ends with chat:end status "interrupted"
+            await session.send_cancel()  # the run ends with chat:end status "interrupted"
 
     async def _subscribe(self, session_id: str, after: int | None, *, ack: bool) -> Any:
         if session_id not in self.subs and len(self.subs) >= self.cfg.max_subscriptions:
@@ -407,7 +407,7 @@ class WsConnection:
         if self.subs.get(p.session_id) is not session:  # the sender hears its run
             session = await self._subscribe(p.session_id, None, ack=False)
         if p.askuser_answer is not None:
-            self._answer(session, p.askuser_answer)
+            await self._answer(session, p.askuser_answer)
             return
         content = chat_parts.message_to_content(p.message)
         if not content:
@@ -419,14 +419,14 @@ class WsConnection:
             if option is not None and value in {v.value for v in option.values}:
                 await session.set_option(option.id, value)
             # Other values are ignored: Blade clients send mode "executing" to every agent (Blade api/chat-flow.md, `chat:send`).
-        turn = session.start_turn(content)
-        if p.headless or p.output_schema is not None:
-            # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
-            keep_run(turn.record, chat.RunOptions(headless=True, output_schema=p.output_schema))
+        headless = p.headless or p.output_schema is not None
+        # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
+        meta = run_meta(chat.RunOptions(headless=True, output_schema=p.output_schema)) if headless else None
+        await session.begin_turn(content, record_meta=meta)
 
-    def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
+    async def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
         projector = self.front.streams.live_projector(session.id)
         question = projector.question_for(answer.tool_call_id) if projector is not None else None
         if question is None or session.turn is None or session.turn.open_question(question.id) is None:
             raise NotFound(f"no open AskUserQuestion {answer.tool_call_id!r} in session {session.id}")
-        session.answer(question.id, **chat_parts.answer_from_chat(question, answer))
+        await session.send_answer(question.id, **chat_parts.answer_from_chat(question, answer))

@@ -210,7 +210,7 @@ async def _one_turn(
     session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float
 ) -> types.CallToolResult:
     try:
-        turn = session.start_turn([TextContent(text=prompt)])
+        turn = await session.begin_turn([TextContent(text=prompt)])
     except BridgeError as exc:  # a refused slash command, a busy session, shutting down
         return _error(exc.message, session_id=session.id)
     try:
@@ -221,7 +221,10 @@ async def _one_turn(
     except BaseException:
         # The client cancelled the call (notifications/cancelled): so is the turn.
         with trio.move_on_after(session.route.cancel_grace_s + 1, shield=True):
-            session.cancel()
+            try:
+                await session.send_cancel()
+            except BridgeError as exc:  # its instance gone: the turn ends there anyway
+                log.warning("MCP tool call: the cancel of session %s failed: %s", session.id, exc.message)
             await turn.wait()
         raise
     structured = {"session_id": session.id, "stop_reason": ended.stop_reason.value}
@@ -243,7 +246,7 @@ async def _watch(session: Session, collector: _Collector, ctx: Any, interval: fl
             if elicit:
                 nursery.start_soon(_elicit, session, question, ctx)
             else:
-                _decline(session, question)
+                await _decline(session, question)
         if collector.events > reported:
             reported = collector.events
             await ctx.session.report_progress(float(reported), None, collector.status)
@@ -255,21 +258,24 @@ async def _elicit(session: Session, question: Question, ctx: Any) -> None:
     what it says; an error from it, or an answer that does not fit, is a decline."""
     try:
         result = await ctx.session.elicit_form(question.prompt, form_of(question), related_request_id=ctx.request_id)
-        session.answer(question.id, **answer_of(question, result.action, result.content))
+        await session.send_answer(question.id, **answer_of(question, result.action, result.content))
     except NotFound:
         pass  # already answered (a timeout, a cancel)
     except Exception as exc:  # the client's error or a misfit answer: this question only
         log.warning("MCP tool call: the client could not answer question %s (%s); declined", question.id, exc)
-        _decline(session, question)
+        await _decline(session, question)
 
 
-def _decline(session: Session, question: Question) -> None:
+async def _decline(session: Session, question: Question) -> None:
     reject = next((o.id for o in question.options if o.kind in ("reject_once", "reject_always")), None)
     try:
         if question.kind == "permission" and reject is not None:
-            session.answer(question.id, selected=[reject])  # "deny", never "cancel the turn"
+            await session.send_answer(question.id, selected=[reject])  # "deny", never "cancel the turn"
         else:
-            session.answer(question.id, cancelled=True, by="front")
+            await session.send_answer(question.id, cancelled=True, by="front")
     except (NotFound, InvalidParams):
         pass  # already answered (a timeout, a cancel)
+    except BridgeError as exc:  # the instance running the turn is gone: the turn ends there
+        log.warning("MCP tool call: question %s could not be declined: %s", question.id, exc.message)
+        return
     log.info("MCP tool call: question %s answered for nobody (%s)", question.id, "rejected" if reject else "declined")
