@@ -1,0 +1,320 @@
+"""The cluster on PostgreSQL: every daemon sharing one `PgStore` is an instance.
+
+What `Cluster` (bridge/cluster/base.py) promises, with `MemoryCluster` as the reference:
+
+- Leases are rows of `leases` (bridge/cluster/pg_sql.py), taken in one statement and
+  timed by the database clock. `run` renews this instance (`PgStore.heartbeat`) and all
+  its leases every third of `lease_ttl_s`; a lease found no longer ours calls `on_lost`.
+  Every `lease_ttl_s` it sweeps: leases of gone instances are deleted, and when an
+  instance is newly found expired, `close_cut_turns` ends its running turns.
+- A command is a notification on the owner's channel: `c ORIGIN ID BODY`, BODY the
+  encoded command, or `@ROW` when it is too large for a NOTIFY payload. The owner runs
+  it with the handler (`SessionManager.serve_command`) in one of `WORKERS` tasks fed by
+  a bounded queue, and answers `r ID BODY` on the origin's channel. `forward` fails at
+  once with `OwnerGone` when the owner's instance row is missing or expired, and after
+  `forward_timeout_s` without an answer.
+- Watches: `PgStore.save` notifies `bridge_events` with "SESSION LAST_SEQ" in its
+  transaction; that wakes this instance's watches of the session (a dict lookup for a
+  session nobody here watches). After the LISTEN connection was lost and opened again,
+  every watch wakes, since what was notified meanwhile is gone: its reader re-reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from bridge.cluster import pg_sql
+from bridge.cluster.base import Command, CommandHandler, OwnerGone, Reply, decode_command, decode_reply, encode, reply_error
+from bridge.cluster.pg_listen import RECONNECTED, Listener, Note
+from bridge.config import ClusterConfig
+from bridge.errors import BridgeError, InternalError
+
+__all__ = ["PgCluster"]
+
+log = logging.getLogger("bridge.cluster")
+
+WORKERS = 32  # commands served at once
+INBOX = 1024  # commands waiting for a worker; past it one is dropped (its sender times out)
+SHUTDOWN_S = 2.0  # what stopping may take: releasing our leases, stopping the thread
+
+
+class _PgWatch:
+    def __init__(self, watches: dict[str, set[_PgWatch]], session_id: str) -> None:
+        self._watches, self.session_id = watches, session_id
+        self.notified = 0
+        self._kicked = False
+        self._event = trio.Event()
+        watches.setdefault(session_id, set()).add(self)
+
+    def _notify(self, last_seq: int) -> None:
+        if last_seq > self.notified:
+            self.notified = last_seq
+            self._event.set()
+
+    def _kick(self) -> None:
+        """Wake the reader whatever it waits for (notifications may have been lost)."""
+        self._kicked = True
+        self._event.set()
+
+    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            while self.notified <= seq and not self._kicked:
+                self._event = trio.Event()
+                await self._event.wait()
+        self._kicked = False
+
+    def close(self) -> None:
+        watches = self._watches.get(self.session_id)
+        if watches is not None:
+            watches.discard(self)
+            if not watches:
+                del self._watches[self.session_id]
+
+
+class _Waiting:
+    """A forwarded command waiting for its reply."""
+
+    __slots__ = ("body", "event")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.body = ""
+
+
+class PgCluster:
+    solo = False
+
+    def __init__(self, store: Any, config: ClusterConfig) -> None:
+        self._store = store  # a PgStore: owner, url, call, heartbeat, close_cut_turns
+        self.config = config
+        self.instance_id: str = store.owner
+        self.on_lost: Callable[[str], None] = lambda sid: None
+        self._held: dict[str, int] = {}  # session id -> when we took it (a counter)
+        self._stamps = itertools.count(1)
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, _Waiting] = {}
+        self._watches: dict[str, set[_PgWatch]] = {}
+        self._inbox: trio.MemorySendChannel[tuple[str, str, str]] | None = None
+        self._ready = False
+        self._listener: Listener | None = None
+        self._setup_lock = trio.Lock()
+        self._dead_seen: set[str] = set()
+        self.counts = {"forwarded": 0, "served": 0, "forward_failures": 0}
+
+    async def _call(self, fn: Callable[..., Any], **kw: Any) -> Any:
+        return await self._store.call(functools.partial(fn, **kw))
+
+    async def _setup(self) -> None:
+        if self._ready:
+            return
+        async with self._setup_lock:
+            if not self._ready:
+                await self._call(pg_sql.ensure_schema)
+                self._ready = True
+
+    # -- leases
+
+    async def acquire(self, session_id: str) -> str | None:
+        await self._setup()
+        owner: str | None = await self._call(pg_sql.acquire, sid=session_id, me=self.instance_id, ttl=self.config.lease_ttl_s)
+        if owner is None:
+            self._held[session_id] = next(self._stamps)
+        return owner
+
+    async def release(self, session_id: str) -> None:
+        self._held.pop(session_id, None)  # first: a renewal meanwhile does not call it lost
+        await self._setup()
+        await self._call(pg_sql.release, sid=session_id, me=self.instance_id)
+
+    # -- the loop of `run`
+
+    async def run(self, handler: CommandHandler, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self._setup()
+        self._listener = listener = Listener(self._store.url, [pg_sql.EVENTS_CHANNEL, pg_sql.channel_of(self.instance_id)], self._on_notes)
+        await trio.to_thread.run_sync(listener.connect)  # unreachable database: run fails here
+        inbox_send, inbox = trio.open_memory_channel[tuple[str, str, str]](INBOX)
+        listener.start(trio.lowlevel.current_trio_token())
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(WORKERS):
+                    nursery.start_soon(self._serve, handler, inbox)
+                self._inbox = inbox_send
+                await self._renew()  # others see this instance alive before it says it started
+                task_status.started()
+                await self._keep()
+        finally:
+            self._inbox = None
+            listener.stop()
+            with trio.move_on_after(SHUTDOWN_S, shield=True):
+                await self._stop(listener)
+
+    async def _stop(self, listener: Listener) -> None:
+        held, self._held = self._held, {}
+        try:
+            if held:  # a clean stop: the next instance asked takes these at once
+                await self._call(pg_sql.release_all, me=self.instance_id)
+            await self._call(pg_sql.poke, me=self.instance_id)
+        except BridgeError as exc:
+            log.warning("cluster: could not release leases at stop (%s); they expire in %g s", exc, self.config.lease_ttl_s)
+        await trio.to_thread.run_sync(listener.join, SHUTDOWN_S)
+
+    async def _keep(self) -> None:
+        period = self.config.lease_ttl_s / 3
+        next_sweep = trio.current_time()
+        while True:
+            await trio.sleep(period)
+            await self._renew()
+            if trio.current_time() >= next_sweep:
+                next_sweep = trio.current_time() + self.config.lease_ttl_s
+                await self._sweep()
+
+    async def _renew(self) -> None:
+        """Our instance row and every lease of ours, `lease_ttl_s` ahead."""
+        try:
+            await self._store.heartbeat()
+            before = dict(self._held)
+            ours = await self._call(pg_sql.renew, me=self.instance_id, ttl=self.config.lease_ttl_s)
+        except BridgeError as exc:
+            log.warning("cluster: could not renew this instance's leases (%s)", exc)
+            return
+        except Exception:  # our bug: log it, renew again next period
+            log.exception("cluster: renewing this instance's leases failed")
+            return
+        for sid, stamp in before.items():
+            if sid not in ours and self._held.get(sid) == stamp:
+                del self._held[sid]
+                log.warning("cluster: lost the lease of session %s to another instance", sid, extra={"session": sid})
+                try:
+                    self.on_lost(sid)
+                except Exception:
+                    log.exception("cluster: on_lost failed for session %s", sid)
+
+    async def _sweep(self) -> None:
+        """Free the leases of gone instances; end the turns of newly expired ones."""
+        try:
+            dead = await self._call(pg_sql.sweep, message_max_age_s=2 * self.config.forward_timeout_s)
+            if dead - self._dead_seen:
+                closed = await self._store.close_cut_turns()
+                log.info("cluster: instances %s stopped renewing; %d of their turns ended", sorted(dead - self._dead_seen), len(closed))
+            self._dead_seen = dead
+        except BridgeError as exc:
+            log.warning("cluster: sweep failed (%s); again in %g s", exc, self.config.lease_ttl_s)
+        except Exception:  # our bug: log it, sweep again next time
+            log.exception("cluster: the sweep failed")
+
+    # -- notifications, on the trio thread
+
+    def _on_notes(self, notes: list[Note]) -> None:
+        for channel, payload in notes:
+            try:
+                if channel == pg_sql.EVENTS_CHANNEL:
+                    sid, _, seq = payload.rpartition(" ")
+                    watches = self._watches.get(sid)
+                    if watches:
+                        for w in list(watches):
+                            w._notify(int(seq))
+                elif payload.startswith("r "):
+                    _, corr, body = payload.split(" ", 2)
+                    waiting = self._waiting.get(int(corr))
+                    if waiting is not None:
+                        waiting.body = body
+                        waiting.event.set()
+                elif payload.startswith("c "):
+                    _, origin, corr, body = payload.split(" ", 3)
+                    self._take_command(origin, corr, body)
+                elif (channel, payload) == RECONNECTED:
+                    for watches in list(self._watches.values()):
+                        for w in list(watches):
+                            w._kick()
+            except ValueError:
+                log.warning("cluster: dropped a malformed notification on %s", channel)
+
+    def _take_command(self, origin: str, corr: str, body: str) -> None:
+        if self._inbox is None:
+            return  # stopping: its sender times out and asks again
+        try:
+            self._inbox.send_nowait((origin, corr, body))
+        except trio.WouldBlock:
+            log.warning("cluster: %d commands waiting, dropped one from %s (it will time out there)", INBOX, origin)
+
+    async def _body(self, body: str) -> bytes | None:
+        if not body.startswith("@"):
+            return body.encode()
+        try:
+            message_id = int(body[1:])
+        except ValueError as exc:
+            raise InternalError(f"a message names no row: {body[:40]!r}") from exc
+        return await self._call(pg_sql.take_body, message_id=message_id)
+
+    # -- commands
+
+    async def _serve(self, handler: CommandHandler, inbox: trio.MemoryReceiveChannel[tuple[str, str, str]]) -> None:
+        async for origin, corr, body in inbox:
+            try:
+                data = await self._body(body)
+                if data is None:
+                    log.warning("cluster: the body of a command from %s was already swept", origin)
+                    continue
+                reply = await self._answer(handler, data, origin)
+                await self._call(pg_sql.send, to=origin, header=f"r {corr} ", body=encode(reply))
+            except BridgeError as exc:  # the database failed: the sender times out
+                log.warning("cluster: could not answer a command from %s (%s)", origin, exc)
+            except Exception:  # our bug: this command is lost, the worker serves on
+                log.exception("cluster: answering a command from %s failed", origin)
+
+    async def _answer(self, handler: CommandHandler, data: bytes, origin: str) -> Reply:
+        try:
+            command = decode_command(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("cluster: an undecodable command from %s: %s", origin, exc)
+            return Reply(error="InvalidRequest", message=f"not a command: {exc}")
+        self.counts["served"] += 1
+        try:
+            return await handler(command)
+        except Exception as exc:  # the handler's own boundary failed: still an answer
+            log.exception("cluster: serving %s for session %s failed", type(command).__name__, command.session_id)
+            return reply_error(exc)
+
+    async def forward(self, owner: str, command: Command) -> Reply:
+        if self._inbox is None:
+            self.counts["forward_failures"] += 1
+            raise OwnerGone("this instance is not serving the cluster (it is starting or stopping)")
+        command.origin = self.instance_id
+        corr = next(self._ids)
+        waiting = self._waiting[corr] = _Waiting()
+        try:
+            with trio.move_on_after(self.config.forward_timeout_s):
+                try:
+                    sent = await self._call(pg_sql.send, to=owner, header=f"c {self.instance_id} {corr} ", body=encode(command))
+                except BridgeError:  # the database failed: not forwarded
+                    self.counts["forward_failures"] += 1
+                    raise
+                if not sent:
+                    self.counts["forward_failures"] += 1
+                    raise OwnerGone(f"instance {owner} is gone; its sessions move to another instance within the lease time")
+                self.counts["forwarded"] += 1
+                await waiting.event.wait()
+                data = await self._body(waiting.body)
+                if data is None:
+                    raise InternalError(f"the reply of instance {owner} was swept before it was read")
+                try:
+                    return decode_reply(data)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    raise InternalError(f"instance {owner} sent a reply that does not decode: {exc}") from exc
+        finally:
+            del self._waiting[corr]
+        self.counts["forward_failures"] += 1
+        raise OwnerGone(f"instance {owner} did not answer in {self.config.forward_timeout_s:g} s")
+
+    def watch(self, session_id: str) -> _PgWatch:
+        return _PgWatch(self._watches, session_id)
+
+    def stats(self) -> dict[str, int]:
+        return {"leases": len(self._held), **self.counts}
