@@ -32,7 +32,7 @@ import trio
 
 from bridge.cluster import pg_sql
 from bridge.cluster.base import Command, CommandHandler, OwnerGone, Reply, decode_command, decode_reply, encode, reply_error
-from bridge.cluster.pg_listen import RECONNECTED, Listener, Note
+from bridge.cluster.pg_listen import RECONNECTED, Listener, Note, PgWatch
 from bridge.config import ClusterConfig
 from bridge.errors import BridgeError, InternalError
 
@@ -41,41 +41,22 @@ __all__ = ["PgCluster"]
 log = logging.getLogger("bridge.cluster")
 
 WORKERS = 32  # commands served at once
-INBOX = 1024  # commands waiting for a worker; past it one is dropped (its sender times out)
+INBOX = 1024  # commands waiting for a worker; past it one is answered Overloaded
+OUTBOX = 1024  # notifications waiting to be sent (forwarders and workers wait past it)
+SENDERS = 2  # tasks sending them, each up to BATCH in one transaction
+BATCH = 128
 SHUTDOWN_S = 2.0  # what stopping may take: releasing our leases, stopping the thread
 
 
-class _PgWatch:
-    def __init__(self, watches: dict[str, set[_PgWatch]], session_id: str) -> None:
-        self._watches, self.session_id = watches, session_id
-        self.notified = 0
-        self._kicked = False
-        self._event = trio.Event()
-        watches.setdefault(session_id, set()).add(self)
+class _Out:
+    """A notification to send: a command (its forwarder waits for `done`) or a reply."""
 
-    def _notify(self, last_seq: int) -> None:
-        if last_seq > self.notified:
-            self.notified = last_seq
-            self._event.set()
+    __slots__ = ("body", "done", "error", "header", "sent", "to")
 
-    def _kick(self) -> None:
-        """Wake the reader whatever it waits for (notifications may have been lost)."""
-        self._kicked = True
-        self._event.set()
-
-    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
-        with trio.move_on_after(timeout_s):
-            while self.notified <= seq and not self._kicked:
-                self._event = trio.Event()
-                await self._event.wait()
-        self._kicked = False
-
-    def close(self) -> None:
-        watches = self._watches.get(self.session_id)
-        if watches is not None:
-            watches.discard(self)
-            if not watches:
-                del self._watches[self.session_id]
+    def __init__(self, to: str, header: str, body: bytes, done: trio.Event | None = None) -> None:
+        self.to, self.header, self.body, self.done = to, header, body, done
+        self.sent = False  # False after sending: `to` is no live instance
+        self.error: BridgeError | None = None
 
 
 class _Waiting:
@@ -100,8 +81,10 @@ class PgCluster:
         self._stamps = itertools.count(1)
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiting] = {}
-        self._watches: dict[str, set[_PgWatch]] = {}
+        self._watches: dict[str, set[PgWatch]] = {}
         self._inbox: trio.MemorySendChannel[tuple[str, str, str]] | None = None
+        self._outbox: trio.MemorySendChannel[_Out] | None = None
+        self._dropped = 0  # commands neither served nor answered since last logged
         self._ready = False
         self._listener: Listener | None = None
         self._setup_lock = trio.Lock()
@@ -140,17 +123,20 @@ class PgCluster:
         self._listener = listener = Listener(self._store.url, [pg_sql.EVENTS_CHANNEL, pg_sql.channel_of(self.instance_id)], self._on_notes)
         await trio.to_thread.run_sync(listener.connect)  # unreachable database: run fails here
         inbox_send, inbox = trio.open_memory_channel[tuple[str, str, str]](INBOX)
+        outbox_send, outbox = trio.open_memory_channel[_Out](OUTBOX)
         listener.start(trio.lowlevel.current_trio_token())
         try:
             async with trio.open_nursery() as nursery:
+                for _ in range(SENDERS):
+                    nursery.start_soon(self._send_loop, outbox)
                 for _ in range(WORKERS):
-                    nursery.start_soon(self._serve, handler, inbox)
-                self._inbox = inbox_send
+                    nursery.start_soon(self._serve, handler, inbox, outbox_send)
+                self._inbox, self._outbox = inbox_send, outbox_send
                 await self._renew()  # others see this instance alive before it says it started
                 task_status.started()
                 await self._keep()
         finally:
-            self._inbox = None
+            self._inbox = self._outbox = None
             listener.stop()
             with trio.move_on_after(SHUTDOWN_S, shield=True):
                 await self._stop(listener)
@@ -171,6 +157,9 @@ class PgCluster:
         while True:
             await trio.sleep(period)
             await self._renew()
+            if self._dropped:
+                log.warning("cluster: %d commands dropped, the queue of %d and the outbox full", self._dropped, INBOX)
+                self._dropped = 0
             if trio.current_time() >= next_sweep:
                 next_sweep = trio.current_time() + self.config.lease_ttl_s
                 await self._sweep()
@@ -237,12 +226,42 @@ class PgCluster:
                 log.warning("cluster: dropped a malformed notification on %s", channel)
 
     def _take_command(self, origin: str, corr: str, body: str) -> None:
-        if self._inbox is None:
+        if self._inbox is None or self._outbox is None:
             return  # stopping: its sender times out and asks again
         try:
             self._inbox.send_nowait((origin, corr, body))
         except trio.WouldBlock:
-            log.warning("cluster: %d commands waiting, dropped one from %s (it will time out there)", INBOX, origin)
+            busy = Reply(error="Overloaded", message=f"instance {self.instance_id} has {INBOX} commands waiting; try again")
+            try:
+                self._outbox.send_nowait(_Out(origin, f"r {corr} ", encode(busy)))
+            except trio.WouldBlock:
+                self._dropped += 1  # its sender times out (logged once per renewal)
+
+    async def _send_loop(self, outbox: trio.MemoryReceiveChannel[_Out]) -> None:
+        """Send what waits in the outbox, up to `BATCH` notifications per transaction."""
+        async for first in outbox:
+            batch = [first]
+            while len(batch) < BATCH:
+                try:
+                    batch.append(outbox.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            try:
+                sent = await self._call(pg_sql.send_many, notes=[(o.to, o.header, o.body) for o in batch])
+            except BridgeError as exc:
+                log.warning("cluster: could not send %d commands or replies (%s)", len(batch), exc)
+                sent = [False] * len(batch)
+                for o in batch:
+                    o.error = exc
+            except Exception:  # our bug: these are lost, the next batch goes
+                log.exception("cluster: sending %d commands or replies failed", len(batch))
+                sent = [False] * len(batch)
+                for o in batch:
+                    o.error = InternalError("this instance failed to send the command")
+            for o, ok in zip(batch, sent):
+                o.sent = ok
+                if o.done is not None:
+                    o.done.set()
 
     async def _body(self, body: str) -> bytes | None:
         if not body.startswith("@"):
@@ -255,7 +274,9 @@ class PgCluster:
 
     # -- commands
 
-    async def _serve(self, handler: CommandHandler, inbox: trio.MemoryReceiveChannel[tuple[str, str, str]]) -> None:
+    async def _serve(
+        self, handler: CommandHandler, inbox: trio.MemoryReceiveChannel[tuple[str, str, str]], outbox: trio.MemorySendChannel[_Out]
+    ) -> None:
         async for origin, corr, body in inbox:
             try:
                 data = await self._body(body)
@@ -263,7 +284,7 @@ class PgCluster:
                     log.warning("cluster: the body of a command from %s was already swept", origin)
                     continue
                 reply = await self._answer(handler, data, origin)
-                await self._call(pg_sql.send, to=origin, header=f"r {corr} ", body=encode(reply))
+                await outbox.send(_Out(origin, f"r {corr} ", encode(reply)))
             except BridgeError as exc:  # the database failed: the sender times out
                 log.warning("cluster: could not answer a command from %s (%s)", origin, exc)
             except Exception:  # our bug: this command is lost, the worker serves on
@@ -283,20 +304,22 @@ class PgCluster:
             return reply_error(exc)
 
     async def forward(self, owner: str, command: Command) -> Reply:
-        if self._inbox is None:
+        outbox = self._outbox
+        if outbox is None:
             self.counts["forward_failures"] += 1
             raise OwnerGone("this instance is not serving the cluster (it is starting or stopping)")
         command.origin = self.instance_id
         corr = next(self._ids)
         waiting = self._waiting[corr] = _Waiting()
+        out = _Out(owner, f"c {self.instance_id} {corr} ", encode(command), trio.Event())
         try:
             with trio.move_on_after(self.config.forward_timeout_s):
-                try:
-                    sent = await self._call(pg_sql.send, to=owner, header=f"c {self.instance_id} {corr} ", body=encode(command))
-                except BridgeError:  # the database failed: not forwarded
+                await outbox.send(out)
+                await out.done.wait()  # type: ignore[union-attr]
+                if out.error is not None:  # the database failed: not forwarded
                     self.counts["forward_failures"] += 1
-                    raise
-                if not sent:
+                    raise type(out.error)(out.error.message) from out.error
+                if not out.sent:
                     self.counts["forward_failures"] += 1
                     raise OwnerGone(f"instance {owner} is gone; its sessions move to another instance within the lease time")
                 self.counts["forwarded"] += 1
@@ -313,8 +336,8 @@ class PgCluster:
         self.counts["forward_failures"] += 1
         raise OwnerGone(f"instance {owner} did not answer in {self.config.forward_timeout_s:g} s")
 
-    def watch(self, session_id: str) -> _PgWatch:
-        return _PgWatch(self._watches, session_id)
+    def watch(self, session_id: str) -> PgWatch:
+        return PgWatch(self._watches, session_id)
 
     def stats(self) -> dict[str, int]:
         return {"leases": len(self._held), **self.counts}

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 import trio
 
-__all__ = ["RECONNECTED", "Listener", "Note"]
+__all__ = ["RECONNECTED", "Listener", "Note", "PgWatch"]
 
 log = logging.getLogger("bridge.cluster")
 
@@ -146,3 +146,38 @@ class Listener:
                 self._deliver(notes)
             except Exception:  # an exception here would end trio's run: contain it
                 log.exception("cluster: failed to handle %d notifications", len(notes))
+
+
+class PgWatch:
+    """`Cluster.watch`: woken by the notifications of one session's stored events."""
+
+    def __init__(self, watches: dict[str, set[PgWatch]], session_id: str) -> None:
+        self._watches, self.session_id = watches, session_id
+        self.notified = 0
+        self._kicked = False
+        self._event = trio.Event()
+        watches.setdefault(session_id, set()).add(self)
+
+    def _notify(self, last_seq: int) -> None:
+        if last_seq > self.notified:
+            self.notified = last_seq
+            self._event.set()
+
+    def _kick(self) -> None:
+        """Wake the reader whatever it waits for (notifications may have been lost)."""
+        self._kicked = True
+        self._event.set()
+
+    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            while self.notified <= seq and not self._kicked:
+                self._event = trio.Event()
+                await self._event.wait()
+        self._kicked = False
+
+    def close(self) -> None:
+        watches = self._watches.get(self.session_id)
+        if watches is not None:
+            watches.discard(self)
+            if not watches:
+                del self._watches[self.session_id]

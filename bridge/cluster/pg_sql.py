@@ -35,6 +35,7 @@ __all__ = [
     "release_all",
     "renew",
     "send",
+    "send_many",
     "sweep",
     "take_body",
 ]
@@ -156,6 +157,11 @@ def send(conn: psycopg.Connection, *, to: str, header: str, body: bytes) -> bool
     else:
         row = conn.execute(_NOTIFY_ROW, {"channel": channel, "payload": header, "body": body, "to": to}).fetchone()
     return row is not None
+
+
+def send_many(conn: psycopg.Connection, *, notes: list[tuple[str, str, bytes]]) -> list[bool]:
+    """`send` each (to, header, body), in one transaction (one commit for a batch)."""
+    return [send(conn, to=to, header=header, body=body) for to, header, body in notes]
 
 
 def take_body(conn: psycopg.Connection, *, message_id: int) -> bytes | None:
