@@ -23,7 +23,7 @@ from bridge.cluster.memory import MemoryHub
 from bridge.cluster.pg import PgCluster
 from bridge.config import ClusterConfig
 from bridge.core.content import TextContent
-from bridge.errors import BackUnavailable, NotFound
+from bridge.errors import BackUnavailable, NotFound, Overloaded
 
 NOW = "extract(epoch from clock_timestamp())"
 
@@ -370,3 +370,21 @@ async def test_turns_of_a_dead_instance_are_closed_by_a_survivor(pg: Kit) -> Non
     await eventually(lambda: survivor.cut_calls >= 1)
     leases = await survivor.call(lambda c: c.execute("SELECT count(*) FROM leases").fetchone()[0])
     assert leases == 0  # the sweep freed it
+
+
+async def test_a_full_command_queue_answers_overloaded(pg: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.cluster import pg as pg_module
+
+    monkeypatch.setattr(pg_module, "WORKERS", 1)
+    monkeypatch.setattr(pg_module, "INBOX", 2)
+    a, b = await pg.start(forward_timeout_s=30)
+    seen = pg.handlers[a.instance_id].seen
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b.forward, a.instance_id, CancelCmd(session_id="stuck"))  # holds the one worker
+        await eventually(lambda: seen)
+        for _ in range(2):  # fill the queue
+            nursery.start_soon(b.forward, a.instance_id, CancelCmd(session_id="stuck"))
+        await eventually(lambda: a._inbox.statistics().current_buffer_used == 2)
+        reply = await b.forward(a.instance_id, CancelCmd(session_id="s1"))
+        assert isinstance(error_of(reply), Overloaded) and len(seen) == 1
+        nursery.cancel_scope.cancel()
