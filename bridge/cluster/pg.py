@@ -45,7 +45,7 @@ INBOX = 1024  # commands waiting for a worker; past it one is answered Overloade
 OUTBOX = 1024  # notifications waiting to be sent (forwarders and workers wait past it)
 SENDERS = 2  # tasks sending them, each up to BATCH in one transaction
 BATCH = 128
-SHUTDOWN_S = 2.0  # what stopping may take: releasing our leases, stopping the thread
+SHUTDOWN_S = 2.0  # what stopping the LISTEN thread may take
 
 
 class _Out:
@@ -142,13 +142,13 @@ class PgCluster:
                 await self._stop(listener)
 
     async def _stop(self, listener: Listener) -> None:
-        held, self._held = self._held, {}
+        # Leases are let go by the session manager as it closes each session (drain);
+        # one still held here expires within `lease_ttl_s` now that nothing renews it.
+        self._held = {}
         try:
-            if held:  # a clean stop: the next instance asked takes these at once
-                await self._call(pg_sql.release_all, me=self.instance_id)
             await self._call(pg_sql.poke, me=self.instance_id)
         except BridgeError as exc:
-            log.warning("cluster: could not release leases at stop (%s); they expire in %g s", exc, self.config.lease_ttl_s)
+            log.info("cluster: could not wake the LISTEN thread to stop (%s)", exc)
         await trio.to_thread.run_sync(listener.join, SHUTDOWN_S)
 
     async def _keep(self) -> None:

@@ -32,7 +32,6 @@ __all__ = [
     "ensure_schema",
     "poke",
     "release",
-    "release_all",
     "renew",
     "send",
     "send_many",
@@ -124,10 +123,6 @@ def acquire(conn: psycopg.Connection, *, sid: str, me: str, ttl: float) -> str |
 
 def release(conn: psycopg.Connection, *, sid: str, me: str) -> None:
     conn.execute("DELETE FROM leases WHERE session_id = %s AND instance_id = %s", (sid, me))
-
-
-def release_all(conn: psycopg.Connection, *, me: str) -> None:
-    conn.execute("DELETE FROM leases WHERE instance_id = %s", (me,))
 
 
 def renew(conn: psycopg.Connection, *, me: str, ttl: float) -> set[str]:
