@@ -48,7 +48,7 @@ def toml(doc: dict[str, Any]) -> str:
     lines: list[str] = []
     tables: list[tuple[str, dict[str, Any]]] = []
     for key, value in doc.items():
-        if isinstance(value, dict) and key in ("routes", "server", "daemon", "store", "acp", "ws"):
+        if isinstance(value, dict) and key in ("routes", "server", "daemon", "store", "cluster", "acp", "ws"):
             tables.append((key, value))
         else:
             lines.append(f"{key} = {_toml_value(value)}")

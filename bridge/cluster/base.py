@@ -74,6 +74,8 @@ class PromptCmd(_Cmd, tag="prompt"):
     content: list[ContentBlock]
     message_id: str | None = None
     meta: dict[str, Any] | None = None
+    # Put in the turn's record as it starts (`TurnRecord.meta`: a headless chat run's options).
+    record_meta: dict[str, Any] = {}
 
 
 class AnswerCmd(_Cmd, tag="answer"):

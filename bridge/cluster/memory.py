@@ -120,6 +120,8 @@ class MemoryCluster:
             while not self._dead:
                 now = trio.current_time()
                 for sid, (owner, _) in list(self.hub.leases.items()):
+                    if self._dead:
+                        break
                     if owner == self.instance_id:
                         self.hub.leases[sid] = (owner, now + self.hub.lease_ttl_s)
                 await trio.sleep(self.hub.lease_ttl_s / 3)
@@ -130,8 +132,8 @@ class MemoryCluster:
     async def acquire(self, session_id: str) -> str | None:
         now = trio.current_time()
         held = self.hub.leases.get(session_id)
-        if held is not None and held[0] != self.instance_id and held[1] > now and held[0] in self.hub.instances:
-            return held[0]
+        if held is not None and held[0] != self.instance_id and held[1] > now:
+            return held[0]  # alive or not: a killed instance's lease holds until it expires
         self.hub.leases[session_id] = (self.instance_id, now + self.hub.lease_ttl_s)
         return None
 

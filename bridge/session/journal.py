@@ -71,6 +71,7 @@ class Journal:
         self._front_states: dict[type[Any], FrontState] = {}  # decoded once (bridge/session/state.py)
         self._kept_as_stored: set[type[Any]] = set()  # states that did not decode: never written back
         self._stored_states: dict[str, bytes] = {}  # each state's JSON as last stored
+        self._put_states: set[str] = set()  # replaced by another instance's front: written next
 
     def _changed_states(self) -> list[str]:
         """Encode every front state into `record.states`; the keys whose JSON changed
@@ -85,6 +86,17 @@ class Journal:
                 self._stored_states[kind.key] = encoded
                 changed.append(kind.key)
         return changed
+
+    def put_states(self, states: dict[str, dict[str, Any]]) -> None:
+        """Front states as a front on another instance changed them (bridge/cluster,
+        `PutCmd`): they replace ours, decoded again on next use, written with the next flush."""
+        for kind in [k for k in self._front_states if k.key in states]:
+            del self._front_states[kind]
+            self._kept_as_stored.discard(kind)
+        for key, raw in states.items():
+            self.record.states[key] = raw
+            self._stored_states.pop(key, None)
+            self._put_states.add(key)
 
     def _load_front_state(self, kind: type[S]) -> S | None:
         state, writable = load_front_state(self.record.states, kind)
@@ -127,6 +139,9 @@ class Journal:
         record alone too when `record`)."""
         async with self._flush_lock:
             states = self._changed_states() if self._front_states else []
+            if self._put_states:
+                states += [k for k in self._put_states if k not in states]
+                self._put_states = set()
             if not (self._pending or self._unsaved_turns or self._unsaved_tasks or states or record):
                 return
             batch, self._pending = self._pending, []
@@ -161,6 +176,8 @@ class Journal:
             self._unsaved_tasks.setdefault(task.task_id, task)
         for key in states:
             self._stored_states.pop(key, None)  # written again next time
+            if not any(k.key == key for k in self._front_states):
+                self._put_states.add(key)  # not decoded here: named again explicitly
         if (self._pending or self._unsaved_turns or self._unsaved_tasks) and not self._closed.is_set():
             self.manager.flusher.dirty(self)  # retried once more; a session it closed is not
 

@@ -81,6 +81,8 @@ class SessionOwner(Protocol):
 
     def forget(self, session: Session) -> None: ...
 
+    async def release_lease(self, session_id: str) -> None: ...
+
     def watch_idle(self, turn: Turn, idle_s: float) -> None: ...
 
     def unwatch_idle(self, turn: Turn) -> None: ...
@@ -124,6 +126,9 @@ class Session(TurnRunner, Journal):
         self.retired = False
         self._announced: list[CommandInfo] | None = None  # the commands last emitted
         self.last_used = trio.current_time()  # a turn started or ended, a client came or went
+        # Followers on other instances watching live (bridge/cluster: WatchCmd): while
+        # any do, each event is flushed at once, so they see it within a store round trip.
+        self.remote_watchers = 0
         self._open_journal()
 
     # -- lifecycle ------------------------------------------------------------------
@@ -170,6 +175,7 @@ class Session(TurnRunner, Journal):
                 await self._end_cut_turn()
                 await self._close_back()
                 await self.flush_or_close()
+                await self.manager.release_lease(self.id)  # stored first: the next owner reads it all
             self.manager.forget(self)
             # What points back at us (the prompts' listener, the back session's host,
             # the last turn's session) let go: no reference cycle keeps a closed
@@ -267,6 +273,8 @@ class Session(TurnRunner, Journal):
         event.seq = self._seq
         if not self._pending:
             self.manager.flusher.dirty(self)
+            if self.remote_watchers:
+                self.manager.flusher.soon()
         self._pending.append(event)
         for sub in self._subscribers:
             # One subscriber's boundary (STYLE.md rule 17): free when nothing raises.
@@ -340,7 +348,7 @@ class Session(TurnRunner, Journal):
     # -- turns ----------------------------------------------------------------------
     def start_turn(
         self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
-        turn_id: str | None = None,
+        turn_id: str | None = None, record_meta: dict[str, Any] | None = None,
     ) -> Turn:  # fmt: skip
         """Begin a turn now (synchronously, so a cancel that follows finds it).
 
@@ -366,8 +374,9 @@ class Session(TurnRunner, Journal):
         # Stored with its TurnStarted event at the next flush, not on any client's path;
         # made before the event, so a subscriber may note its stream position on it.
         turn.record = self._unsaved_turns[turn.turn_id] = TurnRecord(
-            turn_id=turn.turn_id, session_id=self.id, started_at=turn.started_at, first_seq=turn.first_seq
-        )
+            turn_id=turn.turn_id, session_id=self.id, started_at=turn.started_at, first_seq=turn.first_seq,
+            meta=dict(record_meta or {}),
+        )  # fmt: skip
         self.record.turn_count += 1
         self.record.last_stop, self.record.last_cut = None, False
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
@@ -377,11 +386,12 @@ class Session(TurnRunner, Journal):
     # -- commands as a front sends them (bridge/session/remote.py has the same, forwarded) --
     async def begin_turn(
         self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
-        turn_id: str | None = None,
+        turn_id: str | None = None, record_meta: dict[str, Any] | None = None,
     ) -> Turn:  # fmt: skip
         """`start_turn`, awaitable: on another instance's session (`RemoteSession`) the
-        owner starts it and answers. `turn_id`: chosen by a forwarding instance."""
-        return self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id)
+        owner starts it and answers. `turn_id`: chosen by a forwarding instance;
+        `record_meta`: put in the turn's record (`TurnRecord.meta`) as it starts."""
+        return self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta)
 
     async def send_answer(self, question_id: str, **answer: Any) -> None:
         """`answer`, awaitable: its errors (no such question, an answer that does not fit)

@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from bridge.cluster.base import Cluster, Command, Moved, Reply, SoloCluster, reply_error
+from bridge.cluster.base import Cluster, SoloCluster
 from bridge.backs.base import Back
 from bridge.config import Config, Route
 from bridge.core.events import Event, decode_events
@@ -43,6 +43,7 @@ from bridge.prompts.registry import PromptRegistry
 from bridge.session.interfaces import TurnObserver
 from bridge.session.journal import Flusher
 from bridge.session.live import Session
+from bridge.session.owners import Owners
 from bridge.session.supervised import SupervisedNursery
 from bridge.session.turn import Turn, new_id
 from bridge.store import SessionRecord, Store
@@ -62,7 +63,7 @@ _IDLE_CHECK_S = 10.0
 _IDLE_CHECK_MIN_S = 1.0
 
 
-class SessionManager:
+class SessionManager(Owners):
     """Creates, finds and runs sessions; owns their nursery."""
 
     def __init__(
@@ -72,6 +73,7 @@ class SessionManager:
         self.store = store
         # The instances sharing the store (bridge/cluster/): who runs which session live.
         self.cluster: Cluster = cluster or SoloCluster()
+        self._open_owners()
         self._make_back = make_back
         self._backs: dict[str, Back] = {}
         self._live: dict[str, Session] = {}
@@ -109,6 +111,7 @@ class SessionManager:
                         extra={"session": cut.session_id, "turn": cut.turn_id})  # fmt: skip
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.cluster.run, self.serve_command)
             await nursery.start(self.prompts.run)
             nursery.start_soon(self.flusher.run)
             nursery.start_soon(self._close_idle)
@@ -131,7 +134,8 @@ class SessionManager:
 
     async def _close_idle_now(self, limit: float) -> None:
         # A method of its own: the sessions it closes are not held by the loop's frame.
-        idle = sorted(self._idle(self._live.values(), trio.current_time()), key=lambda pair: pair[0], reverse=True)
+        sessions = [*self._live.values(), *self._followed()]
+        idle = sorted(self._idle(sessions, trio.current_time()), key=lambda pair: pair[0], reverse=True)
         over = len(idle) - self.config.daemon.max_idle_sessions
         for i, (idle_s, session) in enumerate(idle):  # the longest idle first
             expired = bool(limit) and idle_s >= limit
@@ -143,6 +147,8 @@ class SessionManager:
             else:
                 log.debug("more than max_idle_sessions idle: the least recently used closed", extra=extra)
             await session.close()
+            if self._remote.get(session.id) is session:
+                del self._remote[session.id]
         if over > 0:
             log.info("%d idle sessions closed: more than [daemon] max_idle_sessions (%d) were idle",
                      over, self.config.daemon.max_idle_sessions)  # fmt: skip
@@ -227,6 +233,8 @@ class SessionManager:
             options={o.id: o.default or o.values[0].value for o in route.options},
             meta=meta or {},
         )
+        if not self.cluster.solo:
+            await self.cluster.acquire(record.session_id)  # a new id: free, so ours
         if not lazy:
             await self.store.put_session(record)
         session = await self._start(record, back)
@@ -255,8 +263,16 @@ class SessionManager:
             return live
         self._opening[session_id] = self._opening.get(session_id, 0) + 1
         try:  # until it is live: retention keeps it (`hold_from_prune`)
+            if not self.cluster.solo:  # live on another instance: followed (bridge/session/owners.py)
+                remote = await self._follow(session_id)
+                if remote is not None:
+                    return remote  # type: ignore[return-value]
+                live = self._live.get(session_id)
+                if live is not None:
+                    return live
             record = await self.store.get_session(session_id)
             if record is None:
+                await self.release_lease(session_id)
                 raise NotFound(f"unknown session {session_id!r}")
             if record.route not in self.config.routes:
                 raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
@@ -360,12 +376,8 @@ class SessionManager:
             if through_seq is not None and after_seq >= through_seq:
                 return
 
-    async def serve_command(self, command: Command) -> Reply:
-        """Run a command another instance forwarded for a session whose lease is ours
-        (bridge/cluster/base.py); `Reply(error="Moved")` when it is not ours."""
-        return reply_error(Moved(f"session {command.session_id} is not live on this instance"))
-
     async def close_all(self) -> None:
+        await self._close_followed()
         for session in list(self._live.values()):
             if self.aborted:
                 return  # `abort` stopped every session

@@ -1,0 +1,175 @@
+"""The session manager's side of the cluster (bridge/cluster/base.py): which instance runs
+a session live, following the sessions others run, serving the commands they forward.
+
+`SessionManager` mixes this in. With a `SoloCluster` (one daemon alone) none of it runs:
+`get` never asks for a lease and nothing is forwarded.
+
+- `_follow(sid)`: take the session's lease (None: ours, load it) or a `RemoteSession`
+  following its owner (one per session, kept while used: idle ones close like idle live
+  sessions).
+- `serve_command`: a command another instance forwarded, run on our live session.
+- `rehome`: a followed session's owner let it go or is gone: find where it lives now.
+- `release_lease`: a live session closed here (its events stored): the lease goes.
+- `_lease_lost`: another instance took a lease of ours (we stopped renewing in time):
+  our copy of that session closes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from bridge.cluster.base import (
+    AnswerCmd,
+    CancelCmd,
+    Cluster,
+    Command,
+    DescribeCmd,
+    FlushCmd,
+    Moved,
+    OptionCmd,
+    PromptCmd,
+    PutCmd,
+    Reply,
+    WatchCmd,
+    reply_error,
+)
+from bridge.errors import BackUnavailable, BridgeError, NotFound
+from bridge.session.remote import RemoteSession
+
+if TYPE_CHECKING:
+    from bridge.config import Config
+    from bridge.session.live import Session
+    from bridge.store import Store
+
+__all__ = ["Owners"]
+
+log = logging.getLogger("bridge.session")
+
+
+class Owners:
+    """Mixed into `SessionManager` (which sets `cluster`, `config`, `store`, `_live`)."""
+
+    cluster: Cluster
+    config: Config
+    store: Store
+    _live: dict[str, Session]
+    _remote: dict[str, RemoteSession]
+
+    def _open_owners(self) -> None:
+        self._remote = {}
+        self.cluster.on_lost = self._lease_lost
+
+    async def _follow(self, session_id: str) -> RemoteSession | None:
+        """None when the lease is ours now (the caller loads the session); else the
+        session as followed from its owner."""
+        owner = await self.cluster.acquire(session_id)
+        if owner is None:
+            return None
+        remote = self._remote.get(session_id)
+        if remote is not None and remote.owner == owner and not remote.closed:
+            remote.last_used = trio.current_time()
+            await remote.refresh()
+            return remote
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        if record.route not in self.config.routes:
+            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        old = self._remote.get(session_id)  # following an owner that let it go
+        remote = RemoteSession(self, record, owner, self.config.routes[record.route])  # type: ignore[arg-type]
+        await remote.start()
+        self._remote[session_id] = remote
+        if old is not None and old is not remote and not old.closed:
+            await old.hand_on(remote)
+        return remote
+
+    async def rehome(self, remote: RemoteSession, *, gone: bool = False) -> None:
+        """`remote`'s owner answered `Moved` (it let the session go) or not at all
+        (`gone`): the session's new home (this instance, or another) takes over."""
+        if self._remote.get(remote.id) is remote:
+            del self._remote[remote.id]
+        owner = await self.cluster.acquire(remote.id)
+        if owner is not None and owner == remote.owner and gone:
+            self._remote[remote.id] = remote  # still its lease: the instance may be gone, not yet expired
+            ttl = getattr(self.config.cluster, "lease_ttl_s", 0)
+            raise BackUnavailable(
+                f"the instance running session {remote.id} does not answer; if it stopped, another "
+                f"instance takes the session over within {ttl:g} s: retry then"
+            )
+        home = await self.get(remote.id)  # the lease ours (`get` loads it here) or another's  # type: ignore[attr-defined]
+        if home is not remote:
+            await remote.hand_on(home)
+
+    async def release_lease(self, session_id: str) -> None:
+        if self.cluster.solo:
+            return
+        try:
+            await self.cluster.release(session_id)
+        except Exception as exc:  # it expires on its own within the TTL
+            log.warning("session %s: its lease could not be released (%s); it expires on its own", session_id, exc)
+
+    def _lease_lost(self, session_id: str) -> None:
+        live = self._live.get(session_id)
+        if live is not None and not live.closed:
+            log.warning("session %s: another instance took its lease (this one did not renew in time); closed here",
+                        session_id)  # fmt: skip
+            live.manager.lend_nursery().start_soon(live.close)
+
+    async def serve_command(self, command: Command) -> Reply:
+        """Run a command another instance forwarded for a session whose lease is ours;
+        `Reply(error="Moved")` when it is not live here. Its errors become the reply."""
+        try:
+            return await self._serve(command)
+        except BridgeError as exc:
+            return reply_error(exc)
+        except Exception as exc:  # our bug: that command fails, the instance goes on
+            log.exception("a forwarded %s for session %s failed", type(command).__name__, command.session_id)
+            return reply_error(exc)
+
+    async def _serve(self, cmd: Command) -> Reply:
+        session = self._live.get(cmd.session_id)
+        if session is None or session.closed:
+            raise Moved(f"session {cmd.session_id} is not live on instance {self.cluster.instance_id}")
+        if isinstance(cmd, PromptCmd):
+            turn = await session.begin_turn(
+                cmd.content, message_id=cmd.message_id, meta=cmd.meta, turn_id=cmd.turn_id, record_meta=cmd.record_meta
+            )
+            return Reply(turn=turn.record)
+        if isinstance(cmd, AnswerCmd):
+            await session.send_answer(cmd.question_id, selected=cmd.selected, text=cmd.text, values=cmd.values,
+                                      cancelled=cmd.cancelled, by=cmd.by)  # fmt: skip
+            return Reply()
+        if isinstance(cmd, CancelCmd):
+            return Reply(value=await session.send_cancel())
+        if isinstance(cmd, OptionCmd):
+            return Reply(options=await session.set_option(cmd.option_id, cmd.value))
+        if isinstance(cmd, PutCmd):
+            if cmd.states:
+                session.put_states(cmd.states)
+            for task in cmd.tasks:
+                session.stage_task(task)
+            await session.save_record()
+            return Reply()
+        if isinstance(cmd, FlushCmd):
+            await session.flush()
+            return Reply()
+        if isinstance(cmd, WatchCmd):
+            session.remote_watchers = max(0, session.remote_watchers + (1 if cmd.on else -1))
+            if cmd.on:
+                session.last_used = trio.current_time()
+            return Reply()
+        if isinstance(cmd, DescribeCmd):
+            return Reply(busy=session.busy, commands=session.commands(), options=session.config_options())
+        raise Moved(f"unknown command {type(cmd).__name__}")  # pragma: no cover - the union is closed
+
+    def _followed(self) -> list[Any]:
+        return list(self._remote.values())
+
+    async def _close_followed(self) -> None:
+        for remote in list(self._remote.values()):
+            await remote.close()
+        self._remote.clear()
+
