@@ -203,7 +203,11 @@ class PgCluster:
     def _on_notes(self, notes: list[Note]) -> None:
         for channel, payload in notes:
             try:
-                if channel == pg_sql.EVENTS_CHANNEL:
+                if (channel, payload) == RECONNECTED:
+                    for watches in list(self._watches.values()):
+                        for w in list(watches):
+                            w._kick()
+                elif channel == pg_sql.EVENTS_CHANNEL:
                     sid, _, seq = payload.rpartition(" ")
                     watches = self._watches.get(sid)
                     if watches:
@@ -218,10 +222,6 @@ class PgCluster:
                 elif payload.startswith("c "):
                     _, origin, corr, body = payload.split(" ", 3)
                     self._take_command(origin, corr, body)
-                elif (channel, payload) == RECONNECTED:
-                    for watches in list(self._watches.values()):
-                        for w in list(watches):
-                            w._kick()
             except ValueError:
                 log.warning("cluster: dropped a malformed notification on %s", channel)
 
