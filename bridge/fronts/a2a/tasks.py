@@ -99,9 +99,11 @@ class TaskService:
             live = await self._continue(route, msg, push, dialect)
         else:
             live = await self._new_task(route, msg, push, dialect)
-        if push is not None:
+        if push is not None or not self.manager.cluster.solo:
+            # The config is kept with the task; and in a cluster, the task is findable from
+            # every instance before its id is answered (GetTask, SubscribeToTask elsewhere).
             live.session.stage_task(live.kept.row())
-            await live.session.save_record()  # the config is kept with the task
+            await live.session.save_record()
         return live
 
     async def _new_task(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
