@@ -200,3 +200,40 @@ async def test_kill_9_of_the_owner_mid_turn_and_a_rolling_restart(
                     after = await on_c.run(sid, "still here")
                     assert after[-1]["data"]["status"] == "completed"
     assert "Traceback" not in c.log_text(), c.log_text()[-4000:]
+
+
+async def test_serve_workers_2_shares_one_listener_and_one_service(
+    bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str], pg_url: str
+) -> None:
+    """`serve --workers 2`: two processes on one port and one PostgreSQL; whichever takes
+    a connection, every session is served, and SIGTERM stops them all."""
+    from tests.daemon_support import alive, descendants
+
+    (tmp_path / "w").mkdir()
+    config = cluster_config(tmp_path, pg_url, "w")
+    with trio.fail_after(90):
+        async with start_daemon(bridge_exe, tmp_path / "w", clean_env, config, name="w", args=("--workers", "2")) as d:
+            workers = {json.loads((await d.get("/healthz"))[1])["worker"] for _ in range(60)}
+            assert workers == {1, 2}, workers  # both answer on the one port
+            async with httpx.AsyncClient(base_url=d.url, timeout=30) as h:
+                sid = (await h.post("/api/sessions", json={"route": "demo"})).json()["session_id"]
+                for i in range(4):  # a new connection each time: either worker, one session
+                    async with ws(d) as c:
+                        frames = await c.run(sid, f"turn {i}")
+                        assert frames[-1]["data"]["status"] == "completed", frames[-1]
+                        assert f"You said: turn {i}" in text_of(frames)
+                context = None
+                for i in range(4):
+                    async with httpx.AsyncClient(base_url=d.url, timeout=30) as fresh:
+                        more = {"contextId": context} if context else {}
+                        task = (await call(fresh, "demo", "SendMessage", message(f"a2a {i}", **more)))["result"]["task"]
+                    assert state_of(task) == "TASK_STATE_COMPLETED", task
+                    context = task["contextId"]
+                listed = (await call(h, "demo", "ListTasks", {"contextId": context}))["result"]
+                assert listed["totalSize"] == 4
+            children = descendants(d.proc.pid)
+            assert len(children) >= 2
+            d.signal(signal.SIGTERM)
+            assert await d.wait(30) == 0
+            assert not [pid for pid in children if alive(pid)]  # the workers went with it
+    assert "Traceback" not in d.log_text(), d.log_text()[-4000:]
