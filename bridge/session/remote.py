@@ -23,6 +23,7 @@ a follower sees an event one store round trip after it happened.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -118,9 +119,10 @@ class RemoteSession(Forwarding):
     async def close(self) -> None:
         self._closed.set()
         self._follow_scope.cancel()
-        if self._watching:
+        if self._watching:  # a hint, never waited for: the owner may be stopping too
             self._watching = False
-            await self._tell_quietly(WatchCmd(session_id=self.id, on=False))
+            with contextlib.suppress(Exception):  # the manager's nursery is gone: the daemon stops
+                self.manager.lend_nursery().start_soon(self._tell_quietly, WatchCmd(session_id=self.id, on=False))
 
     def idle_for(self, now: float) -> float | None:
         if self.busy or self._subscribers or self._closed.is_set():
