@@ -17,42 +17,18 @@ import trio
 from bridge.cluster.base import (
     Command,
     CommandHandler,
+    NotifiedWatch,
     OwnerGone,
     Reply,
     decode_command,
     decode_reply,
     encode,
+    Watches,
     reply_error,
 )
 from bridge.store import Store
 
 __all__ = ["MemoryCluster", "MemoryHub"]
-
-
-class _HubWatch:
-    def __init__(self, hub: MemoryHub, session_id: str) -> None:
-        self.hub, self.session_id = hub, session_id
-        self.notified = 0
-        self._event = trio.Event()
-        hub._watches.setdefault(session_id, set()).add(self)
-
-    def _notify(self, last_seq: int) -> None:
-        if last_seq > self.notified:
-            self.notified = last_seq
-            self._event.set()
-
-    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
-        with trio.move_on_after(timeout_s):
-            while self.notified <= seq:
-                self._event = trio.Event()
-                await self._event.wait()
-
-    def close(self) -> None:
-        watches = self.hub._watches.get(self.session_id)
-        if watches is not None:
-            watches.discard(self)
-            if not watches:
-                del self.hub._watches[self.session_id]
 
 
 class _NotifyingStore:
@@ -82,14 +58,13 @@ class MemoryHub:
         self.lease_ttl_s = lease_ttl_s
         self.leases: dict[str, tuple[str, float]] = {}  # session id -> (instance, expires at)
         self.instances: dict[str, MemoryCluster] = {}  # the running ones
-        self._watches: dict[str, set[_HubWatch]] = {}
+        self.watches = Watches()
 
     def store(self, inner: Store) -> Store:
         return _NotifyingStore(self, inner)  # type: ignore[return-value]
 
     def notify(self, session_id: str, last_seq: int) -> None:
-        for w in list(self._watches.get(session_id, ())):
-            w._notify(last_seq)
+        self.watches.notify(session_id, last_seq)
 
     def instance(self, instance_id: str, *, forward_timeout_s: float = 15.0) -> MemoryCluster:
         return MemoryCluster(self, instance_id, forward_timeout_s=forward_timeout_s)
@@ -160,8 +135,8 @@ class MemoryCluster:
         self.counts["forward_failures"] += 1
         raise OwnerGone(f"instance {owner} did not answer in {self.forward_timeout_s:g} s")
 
-    def watch(self, session_id: str) -> _HubWatch:
-        return _HubWatch(self.hub, session_id)
+    def watch(self, session_id: str) -> NotifiedWatch:
+        return self.hub.watches.open(session_id)
 
     def stats(self) -> dict[str, int]:
         leases = sum(1 for owner, _ in self.hub.leases.values() if owner == self.instance_id)
