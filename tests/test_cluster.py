@@ -1,15 +1,15 @@
 """The `Cluster` contract (bridge/cluster/base.py), for the in-process reference
-(`MemoryCluster`, one `MemoryHub`) and for `PgCluster` (two instances on one database
-of the throwaway PostgreSQL server): leases, their expiry when an instance stops
-renewing, forwarded commands and their replies (large, failing, unanswered, to a gone
-instance, many at once both ways), watches woken by stored events. Then what only
-PostgreSQL has: a LISTEN connection killed under a watch, a lease lost to another
-instance (`on_lost`), a command that does not decode, turns of a dead instance closed.
+(`MemoryCluster`, one `MemoryHub`) and for `PgCluster` (instances on one database of
+the throwaway PostgreSQL server, each with its own `PgStore`): leases, their expiry
+when an instance stops renewing, a lease taken by another instance (`on_lost`),
+forwarded commands and their replies (large, failing, unanswered, to a gone instance,
+many at once both ways), watches woken by stored events. Then what only PostgreSQL
+has: a LISTEN connection killed under a watch, a command that does not decode, turns
+of a dead instance closed, a full command queue.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,69 +23,11 @@ from bridge.cluster.memory import MemoryHub
 from bridge.cluster.pg import PgCluster
 from bridge.config import ClusterConfig
 from bridge.core.content import TextContent
-from bridge.errors import BackUnavailable, NotFound, Overloaded
+from bridge.errors import NotFound, Overloaded
+from bridge.store import SessionRecord, StoredBatch, TurnRecord
+from bridge.store.pg import PgStore
 
 NOW = "extract(epoch from clock_timestamp())"
-
-
-class StandInStore:
-    """The part of PgStore's API the cluster uses (owner, url, call, heartbeat,
-    close_cut_turns), on plain psycopg connections, with the `instances` table."""
-
-    def __init__(self, url: str, lease_ttl_s: float) -> None:
-        self.url, self.lease_ttl_s = url, lease_ttl_s
-        self.owner = uuid.uuid4().hex
-        self.cut_calls = 0
-        self.broken = False  # as a machine cut off: every call fails
-        self._free: list[psycopg.Connection] = []
-
-    def _sync_call(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
-        conn = self._free.pop() if self._free else psycopg.connect(self.url, autocommit=True)
-        try:
-            with conn.transaction():
-                result = fn(conn)
-        except psycopg.Error as exc:
-            conn.close()
-            raise BackUnavailable(f"database: {type(exc).__name__}") from exc
-        self._free.append(conn)
-        return result
-
-    async def call(self, fn: Callable[[psycopg.Connection], Any]) -> Any:
-        if self.broken:
-            raise BackUnavailable("the database is unreachable")
-        return await trio.to_thread.run_sync(self._sync_call, fn)
-
-    async def open(self) -> None:
-        def create(conn: psycopg.Connection) -> None:
-            conn.execute("SELECT pg_advisory_xact_lock(1)")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS instances (instance_id TEXT PRIMARY KEY, started_at DOUBLE PRECISION NOT NULL,"
-                " expires_at DOUBLE PRECISION NOT NULL, host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0)"
-            )
-
-        await self.call(create)
-        await self.heartbeat()
-
-    async def heartbeat(self) -> None:
-        await self.call(
-            lambda conn: conn.execute(
-                f"INSERT INTO instances (instance_id, started_at, expires_at) VALUES (%(me)s, {NOW}, {NOW} + %(ttl)s)"
-                " ON CONFLICT (instance_id) DO UPDATE SET expires_at = excluded.expires_at",
-                {"me": self.owner, "ttl": self.lease_ttl_s},
-            )
-        )
-
-    async def close_cut_turns(self) -> list[Any]:
-        self.cut_calls += 1
-        return []
-
-    async def notify(self, session_id: str, last_seq: int) -> None:
-        """What PgStore.save does with a batch."""
-        await self.call(lambda conn: conn.execute("SELECT pg_notify('bridge_events', %s)", (f"{session_id} {last_seq}",)))
-
-    def close(self) -> None:
-        for conn in self._free:
-            conn.close()
 
 
 class Echo:
@@ -111,7 +53,7 @@ class Kit:
     def __init__(self, kind: str, nursery: trio.Nursery, pg_url: str | None) -> None:
         self.kind, self.nursery, self.pg_url = kind, nursery, pg_url
         self.hub: MemoryHub | None = None
-        self.stores: dict[str, StandInStore] = {}
+        self.stores: dict[str, PgStore] = {}
         self.scopes: dict[str, trio.CancelScope] = {}
         self.handlers: dict[str, Echo] = {}
 
@@ -123,8 +65,8 @@ class Kit:
                 cluster: Any = self.hub.instance(f"i{i}", forward_timeout_s=forward_timeout_s)
             else:
                 assert self.pg_url is not None
-                store = StandInStore(self.pg_url, ttl)
-                await store.open()
+                store = PgStore(self.pg_url, lease_ttl_s=ttl)
+                await store.open()  # its schema, and its row in `instances`
                 cluster = PgCluster(store, ClusterConfig(lease_ttl_s=ttl, forward_timeout_s=forward_timeout_s))
                 self.stores[cluster.instance_id] = store
             self.handlers[cluster.instance_id] = handler = Echo()
@@ -140,23 +82,34 @@ class Kit:
                 task_status.started(scope)
 
     def kill(self, cluster: Any) -> None:
+        """Nothing renews it any more: its instance row (PostgreSQL) and leases expire."""
         if self.kind == "memory":
             assert self.hub is not None
             self.hub.kill(cluster.instance_id)
-        else:
-            self.stores[cluster.instance_id].broken = True
         self.scopes[cluster.instance_id].cancel()
 
     async def notify(self, writer: Any, session_id: str, last_seq: int) -> None:
+        """What a flush of the session's events up to `last_seq` wakes."""
         if self.kind == "memory":
             assert self.hub is not None
             self.hub.notify(session_id, last_seq)
         else:
-            await self.stores[writer.instance_id].notify(session_id, last_seq)
+            session = SessionRecord(session_id=session_id, route="r", created_at=0, updated_at=0, last_seq=last_seq)
+            batch = StoredBatch(first_seq=last_seq, last_seq=last_seq, blob=b"[]")
+            await self.stores[writer.instance_id].save(session, batch=batch)
 
-    def close(self) -> None:
+    async def steal(self, session_id: str, to: Any) -> None:
+        """As if the lease's holder had not renewed it in time and `to` had taken it."""
+        if self.kind == "memory":
+            assert self.hub is not None
+            self.hub.leases[session_id] = (to.instance_id, self.hub.leases[session_id][1])
+        else:
+            sql = "UPDATE leases SET instance_id = %s WHERE session_id = %s"
+            await self.stores[to.instance_id].call(lambda c: c.execute(sql, (to.instance_id, session_id)))
+
+    async def close(self) -> None:
         for store in self.stores.values():
-            store.close()
+            await store.close()
 
 
 @pytest.fixture(params=["memory", "pg"])
@@ -169,7 +122,7 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
                 yield k
             finally:
                 nursery.cancel_scope.cancel()
-    k.close()
+        await k.close()
 
 
 async def eventually(check: Callable[[], Any], *, within_s: float = 20.0) -> None:
@@ -208,6 +161,18 @@ async def test_lease_of_an_instance_that_stops_renewing_expires(kit: Kit) -> Non
 
     await eventually(free)
     assert await b.acquire("s1") is None
+
+
+async def test_lease_taken_by_another_calls_on_lost(kit: Kit) -> None:
+    a, b = await kit.start(ttl=1.0)
+    lost: list[str] = []
+    a.on_lost = lost.append
+    assert await a.acquire("s1") is None
+    assert await a.acquire("s2") is None
+    await kit.steal("s1", b)
+    await eventually(lambda: lost)
+    assert lost == ["s1"] and a.stats()["leases"] == 1
+    assert await b.acquire("s1") is None and await a.acquire("s1") == b.instance_id
 
 
 async def test_forward_round_trip_large_prompt_error_and_stats(kit: Kit) -> None:
@@ -301,7 +266,7 @@ async def pg(pg_url: str) -> AsyncIterator[Kit]:
                 yield k
             finally:
                 nursery.cancel_scope.cancel()
-    k.close()
+        await k.close()
 
 
 async def test_watch_and_commands_survive_a_killed_listen_connection(pg: Kit) -> None:
@@ -331,22 +296,17 @@ async def test_watch_and_commands_survive_a_killed_listen_connection(pg: Kit) ->
     watch.close()
 
 
-async def test_lease_taken_by_another_calls_on_lost(pg: Kit) -> None:
-    a, b = await pg.start(ttl=1.0)
-    lost: list[str] = []
-    a.on_lost = lost.append
-    assert await a.acquire("s1") is None
-    assert await a.acquire("s2") is None
-    # As if `a` had not renewed in time and `b` had taken the lease.
-    await pg.stores[b.instance_id].call(lambda c: c.execute("UPDATE leases SET instance_id = %s WHERE session_id = 's1'", (b.instance_id,)))
-    await eventually(lambda: lost)
-    assert lost == ["s1"] and a.stats()["leases"] == 1
-    assert await b.acquire("s1") is None and await a.acquire("s1") == b.instance_id
+async def open_turn(store: PgStore, session_id: str, turn_id: str) -> None:
+    """A running turn of the instance `store` belongs to, as its first flush stores it."""
+    session = SessionRecord(session_id=session_id, route="r", created_at=1, updated_at=1, last_seq=1)
+    turn = TurnRecord(turn_id=turn_id, session_id=session_id, started_at=1, first_seq=1)
+    await store.save(session, turns=[turn], batch=StoredBatch(first_seq=1, last_seq=1, blob=b"[]"))
 
 
 async def test_a_command_that_does_not_decode_is_answered_invalid(pg: Kit) -> None:
     (a,) = await pg.start(1)
     store = pg.stores[a.instance_id]
+    await open_turn(store, "s1", "t1")
     with psycopg.connect(pg.pg_url, autocommit=True) as conn:  # a peer that speaks garbage
         conn.execute(f'LISTEN "{pg_sql.channel_of("tester")}"')
         conn.execute(f"INSERT INTO instances (instance_id, started_at, expires_at) VALUES ('tester', 0, {NOW} + 60)")
@@ -358,16 +318,25 @@ async def test_a_command_that_does_not_decode_is_answered_invalid(pg: Kit) -> No
     # Still serving.
     (b,) = await pg.start(1)
     assert (await b.forward(a.instance_id, CancelCmd(session_id="s1"))).message == f"CancelCmd s1 {b.instance_id} 0"
-    assert store.cut_calls == 0
+    turn = await pg.stores[b.instance_id].get_turn("t1")
+    assert turn is not None and turn.ended_at is None  # its instance is alive: nothing cut
 
 
 async def test_turns_of_a_dead_instance_are_closed_by_a_survivor(pg: Kit) -> None:
     a, b = await pg.start(ttl=1.0)
     assert await a.acquire("s1") is None
     survivor = pg.stores[b.instance_id]
-    assert survivor.cut_calls == 0
+    await open_turn(pg.stores[a.instance_id], "s1", "t1")
+    await open_turn(survivor, "s2", "t2")
+    watch = b.watch("s1")
     pg.kill(a)
-    await eventually(lambda: survivor.cut_calls >= 1)
+    with trio.fail_after(20):  # the closing event is notified like any flush
+        await watch.wait_beyond(1, timeout_s=3600)
+    watch.close()
+    cut = await survivor.get_turn("t1")
+    assert cut is not None and cut.ended_at is not None and cut.stop_reason == "failed" and cut.last_seq == 2
+    alive = await survivor.get_turn("t2")
+    assert alive is not None and alive.ended_at is None  # the survivor's own turn runs on
     leases = await survivor.call(lambda c: c.execute("SELECT count(*) FROM leases").fetchone()[0])
     assert leases == 0  # the sweep freed it
 

@@ -46,6 +46,7 @@ __all__ = [
     "DescribeCmd",
     "FlushCmd",
     "Moved",
+    "NotifiedWatch",
     "OptionCmd",
     "OwnerGone",
     "PromptCmd",
@@ -54,6 +55,7 @@ __all__ = [
     "SoloCluster",
     "Watch",
     "WatchCmd",
+    "Watches",
     "decode_command",
     "decode_reply",
     "encode",
@@ -234,6 +236,66 @@ class Cluster(Protocol):
 
     def stats(self) -> dict[str, int]:
         """For /metrics: `leases` held, `forwarded` and `served` commands, `forward_failures`."""
+
+
+class NotifiedWatch:
+    """A `Watch` woken by notifications (`_notify`) an instance hands it; `_kick` wakes
+    its reader whatever it waits for (notifications may have been lost)."""
+
+    def __init__(self, session_id: str, on_close: Callable[[NotifiedWatch], None]) -> None:
+        self.session_id = session_id
+        self.notified = 0  # the highest `last_seq` notified
+        self._kicked = False
+        self._event = trio.Event()
+        self._on_close = on_close
+
+    def _notify(self, last_seq: int) -> None:
+        if last_seq > self.notified:
+            self.notified = last_seq
+            self._event.set()
+
+    def _kick(self) -> None:
+        self._kicked = True
+        self._event.set()
+
+    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            while self.notified <= seq and not self._kicked:
+                self._event = trio.Event()
+                await self._event.wait()
+        self._kicked = False
+
+    def close(self) -> None:
+        self._on_close(self)
+
+
+class Watches:
+    """An instance's open watches by session: what a notification wakes."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[str, set[NotifiedWatch]] = {}
+
+    def open(self, session_id: str) -> NotifiedWatch:
+        watch = NotifiedWatch(session_id, self._close)
+        self._by_session.setdefault(session_id, set()).add(watch)
+        return watch
+
+    def _close(self, watch: NotifiedWatch) -> None:
+        watches = self._by_session.get(watch.session_id)
+        if watches is not None:
+            watches.discard(watch)
+            if not watches:
+                del self._by_session[watch.session_id]
+
+    def notify(self, session_id: str, last_seq: int) -> None:
+        """The session's stored events reach `last_seq` (a dict lookup when nobody watches it)."""
+        for watch in list(self._by_session.get(session_id, ())):
+            watch._notify(last_seq)
+
+    def kick_all(self) -> None:
+        for watches in list(self._by_session.values()):
+            for watch in list(watches):
+                watch._kick()
 
 
 class _NoWatch:

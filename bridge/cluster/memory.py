@@ -4,11 +4,13 @@ A `MemoryHub` is what PostgreSQL is to `PgCluster`: the leases, the live instanc
 notifications. `hub.store(inner)` wraps a store so that each `save` with a batch (and
 each `close_cut_turns`) wakes the session's watches on every instance, as PgStore's
 `NOTIFY` does. Commands are encoded and decoded on the way, as they are on the wire.
-Time is trio's clock, so tests may move it with `trio.testing.MockClock`.
+Each instance renews its leases every third of the TTL and, as `PgCluster` does, calls
+`on_lost` for one that another instance took meanwhile (it had expired). Time is trio's clock, so tests may move it with `trio.testing.MockClock`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -17,42 +19,20 @@ import trio
 from bridge.cluster.base import (
     Command,
     CommandHandler,
+    NotifiedWatch,
     OwnerGone,
     Reply,
     decode_command,
     decode_reply,
     encode,
+    Watches,
     reply_error,
 )
 from bridge.store import Store
 
 __all__ = ["MemoryCluster", "MemoryHub"]
 
-
-class _HubWatch:
-    def __init__(self, hub: MemoryHub, session_id: str) -> None:
-        self.hub, self.session_id = hub, session_id
-        self.notified = 0
-        self._event = trio.Event()
-        hub._watches.setdefault(session_id, set()).add(self)
-
-    def _notify(self, last_seq: int) -> None:
-        if last_seq > self.notified:
-            self.notified = last_seq
-            self._event.set()
-
-    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
-        with trio.move_on_after(timeout_s):
-            while self.notified <= seq:
-                self._event = trio.Event()
-                await self._event.wait()
-
-    def close(self) -> None:
-        watches = self.hub._watches.get(self.session_id)
-        if watches is not None:
-            watches.discard(self)
-            if not watches:
-                del self.hub._watches[self.session_id]
+log = logging.getLogger("bridge.cluster")
 
 
 class _NotifyingStore:
@@ -82,14 +62,13 @@ class MemoryHub:
         self.lease_ttl_s = lease_ttl_s
         self.leases: dict[str, tuple[str, float]] = {}  # session id -> (instance, expires at)
         self.instances: dict[str, MemoryCluster] = {}  # the running ones
-        self._watches: dict[str, set[_HubWatch]] = {}
+        self.watches = Watches()
 
     def store(self, inner: Store) -> Store:
         return _NotifyingStore(self, inner)  # type: ignore[return-value]
 
     def notify(self, session_id: str, last_seq: int) -> None:
-        for w in list(self._watches.get(session_id, ())):
-            w._notify(last_seq)
+        self.watches.notify(session_id, last_seq)
 
     def instance(self, instance_id: str, *, forward_timeout_s: float = 15.0) -> MemoryCluster:
         return MemoryCluster(self, instance_id, forward_timeout_s=forward_timeout_s)
@@ -110,6 +89,7 @@ class MemoryCluster:
         self.on_lost: Callable[[str], None] = lambda sid: None
         self._handler: CommandHandler | None = None
         self._dead = False
+        self._held: set[str] = set()  # the sessions whose lease this instance took
         self.counts = {"forwarded": 0, "served": 0, "forward_failures": 0}
 
     async def run(self, handler: CommandHandler, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -118,16 +98,26 @@ class MemoryCluster:
         task_status.started()
         try:
             while not self._dead:
-                now = trio.current_time()
-                for sid, (owner, _) in list(self.hub.leases.items()):
-                    if self._dead:
-                        break
-                    if owner == self.instance_id:
-                        self.hub.leases[sid] = (owner, now + self.hub.lease_ttl_s)
+                self._renew()
                 await trio.sleep(self.hub.lease_ttl_s / 3)
         finally:
             if self.hub.instances.get(self.instance_id) is self:
                 del self.hub.instances[self.instance_id]
+
+    def _renew(self) -> None:
+        """Every lease of ours `lease_ttl_s` ahead; one another instance took (it expired
+        before this renewal) is lost: `on_lost`."""
+        until = trio.current_time() + self.hub.lease_ttl_s
+        for sid in list(self._held):
+            held = self.hub.leases.get(sid)
+            if held is not None and held[0] == self.instance_id:
+                self.hub.leases[sid] = (self.instance_id, until)
+                continue
+            self._held.discard(sid)
+            try:
+                self.on_lost(sid)
+            except Exception:
+                log.exception("cluster: on_lost failed for session %s", sid)
 
     async def acquire(self, session_id: str) -> str | None:
         now = trio.current_time()
@@ -135,9 +125,11 @@ class MemoryCluster:
         if held is not None and held[0] != self.instance_id and held[1] > now:
             return held[0]  # alive or not: a killed instance's lease holds until it expires
         self.hub.leases[session_id] = (self.instance_id, now + self.hub.lease_ttl_s)
+        self._held.add(session_id)
         return None
 
     async def release(self, session_id: str) -> None:
+        self._held.discard(session_id)
         held = self.hub.leases.get(session_id)
         if held is not None and held[0] == self.instance_id:
             del self.hub.leases[session_id]
@@ -160,9 +152,8 @@ class MemoryCluster:
         self.counts["forward_failures"] += 1
         raise OwnerGone(f"instance {owner} did not answer in {self.forward_timeout_s:g} s")
 
-    def watch(self, session_id: str) -> _HubWatch:
-        return _HubWatch(self.hub, session_id)
+    def watch(self, session_id: str) -> NotifiedWatch:
+        return self.hub.watches.open(session_id)
 
     def stats(self) -> dict[str, int]:
-        leases = sum(1 for owner, _ in self.hub.leases.values() if owner == self.instance_id)
-        return {"leases": leases, **self.counts}
+        return {"leases": len(self._held), **self.counts}

@@ -31,8 +31,10 @@ import msgspec
 import trio
 
 from bridge.cluster import pg_sql
-from bridge.cluster.base import Command, CommandHandler, OwnerGone, Reply, decode_command, decode_reply, encode, reply_error
-from bridge.cluster.pg_listen import RECONNECTED, Listener, Note, PgWatch
+from bridge.cluster.base import (
+    Command, CommandHandler, NotifiedWatch, OwnerGone, Reply, Watches, decode_command, decode_reply, encode, reply_error,
+)  # fmt: skip
+from bridge.cluster.pg_listen import RECONNECTED, Listener, Note
 from bridge.config import ClusterConfig
 from bridge.errors import BridgeError, InternalError
 
@@ -81,7 +83,7 @@ class PgCluster:
         self._stamps = itertools.count(1)
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiting] = {}
-        self._watches: dict[str, set[PgWatch]] = {}
+        self._watches = Watches()
         self._inbox: trio.MemorySendChannel[tuple[str, str, str]] | None = None
         self._outbox: trio.MemorySendChannel[_Out] | None = None
         self._dropped = 0  # commands neither served nor answered since last logged
@@ -204,15 +206,10 @@ class PgCluster:
         for channel, payload in notes:
             try:
                 if (channel, payload) == RECONNECTED:
-                    for watches in list(self._watches.values()):
-                        for w in list(watches):
-                            w._kick()
+                    self._watches.kick_all()
                 elif channel == pg_sql.EVENTS_CHANNEL:
                     sid, _, seq = payload.rpartition(" ")
-                    watches = self._watches.get(sid)
-                    if watches:
-                        for w in list(watches):
-                            w._notify(int(seq))
+                    self._watches.notify(sid, int(seq))
                 elif payload.startswith("r "):
                     _, corr, body = payload.split(" ", 2)
                     waiting = self._waiting.get(int(corr))
@@ -336,8 +333,8 @@ class PgCluster:
         self.counts["forward_failures"] += 1
         raise OwnerGone(f"instance {owner} did not answer in {self.config.forward_timeout_s:g} s")
 
-    def watch(self, session_id: str) -> PgWatch:
-        return PgWatch(self._watches, session_id)
+    def watch(self, session_id: str) -> NotifiedWatch:
+        return self._watches.open(session_id)
 
     def stats(self) -> dict[str, int]:
         return {"leases": len(self._held), **self.counts}

@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 import psycopg
 import trio
 
-__all__ = ["RECONNECTED", "Listener", "Note", "PgWatch"]
+from bridge.store.pg_conn import connect, translate
+
+__all__ = ["RECONNECTED", "Listener", "Note"]
 
 log = logging.getLogger("bridge.cluster")
 
@@ -52,8 +54,12 @@ class Listener:
         self.reconnects = 0
 
     def connect(self) -> None:
-        """The first connection, before the thread starts (blocking: run it in a thread)."""
-        self._conn = self._open()
+        """The first connection, before the thread starts (blocking: run it in a thread);
+        a database that cannot be reached raises the store's error for it (`Overloaded`)."""
+        try:
+            self._conn = self._open()
+        except psycopg.Error as exc:
+            raise translate(exc, self._url) from None
 
     def start(self, token: trio.lowlevel.TrioToken) -> None:
         self._token = token
@@ -68,9 +74,7 @@ class Listener:
             self._thread.join(timeout_s)
 
     def _open(self) -> psycopg.Connection:
-        conn = psycopg.connect(
-            self._url, autocommit=True, connect_timeout=10, keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3
-        )
+        conn = connect(self._url)  # the store's timeouts and keepalives
         try:
             for channel in self._channels:
                 conn.execute(f'LISTEN "{channel}"')  # channel names are checked identifiers (pg_sql.channel_of)
@@ -146,38 +150,3 @@ class Listener:
                 self._deliver(notes)
             except Exception:  # an exception here would end trio's run: contain it
                 log.exception("cluster: failed to handle %d notifications", len(notes))
-
-
-class PgWatch:
-    """`Cluster.watch`: woken by the notifications of one session's stored events."""
-
-    def __init__(self, watches: dict[str, set[PgWatch]], session_id: str) -> None:
-        self._watches, self.session_id = watches, session_id
-        self.notified = 0
-        self._kicked = False
-        self._event = trio.Event()
-        watches.setdefault(session_id, set()).add(self)
-
-    def _notify(self, last_seq: int) -> None:
-        if last_seq > self.notified:
-            self.notified = last_seq
-            self._event.set()
-
-    def _kick(self) -> None:
-        """Wake the reader whatever it waits for (notifications may have been lost)."""
-        self._kicked = True
-        self._event.set()
-
-    async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
-        with trio.move_on_after(timeout_s):
-            while self.notified <= seq and not self._kicked:
-                self._event = trio.Event()
-                await self._event.wait()
-        self._kicked = False
-
-    def close(self) -> None:
-        watches = self._watches.get(self.session_id)
-        if watches is not None:
-            watches.discard(self)
-            if not watches:
-                del self._watches[self.session_id]
