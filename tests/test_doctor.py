@@ -105,6 +105,9 @@ async def test_doctor_all_ok_exits_0(bridge_exe: list[str], tmp_path: Path, clea
 async def test_doctor_checks_a_postgresql_store(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str], pg_url: str) -> None:
     import psycopg
 
+    from bridge.store.pg import PgStore
+    from bridge.store.sqlite_schema import SCHEMA_VERSION
+
     async def doctor(store: dict[str, str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
         config = tmp_path / "pg.toml"
         config.write_text(toml({"routes": {"demo": demo_route()}, "store": store, "daemon": {"probe_timeout_s": 5}}))
@@ -116,13 +119,13 @@ async def test_doctor_checks_a_postgresql_store(bridge_exe: list[str], tmp_path:
         code, row, out = await doctor({"url_env": "BRIDGE_PG"}, {"BRIDGE_PG": pg_url})
         assert code == 0 and row[:2] == ["postgresql", "ok"], out
         assert "reached" in row[2] and "ms round trip" in row[2] and "no schema yet" in row[2], out
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-            conn.execute("INSERT INTO schema_version VALUES (3)")
+        store = PgStore(pg_url)  # a daemon's store made the schema
+        await store.open()
+        await store.close()
         code, row, out = await doctor({"url": pg_url})
-        assert code == 0 and row[1] == "ok" and "schema version 3" in row[2] and "ms round trip" in row[2], out
+        assert code == 0 and row[1] == "ok" and f"schema version {SCHEMA_VERSION}" in row[2] and "ms round trip" in row[2], out
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute("UPDATE schema_version SET version = 99")
+            conn.execute("UPDATE bridge_meta SET value = '99' WHERE key = 'schema_version'")
         code, row, out = await doctor({"url": pg_url})
         assert code == 1 and row[1] == "FAILED" and "schema version 99 is newer" in row[2], out
 
