@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+import trio.testing
 
 from bridge.backs import make_back
 from bridge.cluster.memory import MemoryHub
@@ -153,3 +154,123 @@ async def test_a_killed_owner_s_turn_ends_interrupted_and_the_session_moves() ->
             again = await on_b.begin_turn(prompt("hello"))
             assert isinstance(b.live(on_a.id), Session)
             assert (await again.wait()).stop_reason is ev.StopReason.END_TURN
+
+
+# -- what an attacker review found: each of these failed before its fix ---------------------
+
+
+async def test_a_get_that_fails_after_taking_the_lease_lets_it_go() -> None:
+    from bridge.errors import Overloaded
+
+    with trio.fail_after(CEILING_S):
+        async with two_instances() as (hub, a, b):
+            on_a = await a.create("demo", cwd="/w")
+            await on_a.close()
+            await on_a._gone.wait()
+            assert on_a.id not in hub.leases  # released with its close
+
+            async def full(route: str) -> None:
+                raise Overloaded("full")
+
+            b._make_room = full  # type: ignore[method-assign]
+            with pytest.raises(Overloaded):
+                await b.get(on_a.id)
+            assert on_a.id not in hub.leases  # not kept (and renewed) by b for nothing
+            with pytest.raises(NotFound):
+                await b.get("no-such-session")
+            assert "no-such-session" not in hub.leases
+
+
+async def test_followers_are_one_per_session_even_when_gets_race_or_are_cancelled() -> None:
+    from bridge.cluster.base import DescribeCmd
+
+    with trio.fail_after(CEILING_S):
+        async with two_instances() as (hub, a, b):
+            on_a = await a.create("demo", cwd="/w")
+            forward = b.cluster.forward
+
+            async def slow(owner: str, cmd: object) -> object:
+                if isinstance(cmd, DescribeCmd):
+                    await trio.sleep(0.5)  # an owner slow to answer
+                return await forward(owner, cmd)  # type: ignore[arg-type]
+
+            b.cluster.forward = slow  # type: ignore[method-assign]
+            for _ in range(5):
+                with trio.move_on_after(0.01):  # clients that go away mid-get
+                    await b.get(on_a.id)
+            got: list[object] = []
+            async with trio.open_nursery() as nursery:
+                for _ in range(5):
+                    nursery.start_soon(lambda: _append(got, b.get(on_a.id)))
+            assert len({id(r) for r in got}) == 1 and got[0] is b._remote[on_a.id]
+            assert len(hub.watches._by_session.get(on_a.id, ())) == 1  # one follower task
+            await b._close_followed()
+            await trio.testing.wait_all_tasks_blocked()  # the follower's task has ended
+            assert not hub.watches._by_session.get(on_a.id)
+
+
+async def _append(out: list[object], awaitable: object) -> None:
+    out.append(await awaitable)  # type: ignore[misc]
+
+
+async def test_a_subscriber_handed_on_sees_each_event_once_in_order() -> None:
+    from bridge.session.remote import RemoteSession as Remote
+
+    class SlowWatch:  # a follower woken late (the LISTEN hop, a slow read)
+        def __init__(self, watch: object) -> None:
+            self.watch = watch
+
+        async def wait_beyond(self, seq: int, *, timeout_s: float) -> None:
+            await self.watch.wait_beyond(seq, timeout_s=timeout_s)  # type: ignore[attr-defined]
+            await trio.sleep(0.2)
+
+        def close(self) -> None:
+            self.watch.close()  # type: ignore[attr-defined]
+
+    with trio.fail_after(CEILING_S):
+        async with two_instances() as (_, a, b):
+            on_a = await a.create("demo", cwd="/w")
+            first = await b.get(on_a.id)
+            seen = Recorder()
+            first.subscribe(seen)
+            watch = b.cluster.watch
+            b.cluster.watch = lambda sid: SlowWatch(watch(sid))  # type: ignore[method-assign]
+            record = await b.store.get_session(on_a.id)
+            assert record is not None
+            second = Remote(b, record, "a", b.config.routes[record.route])
+            await second.start()
+            turn = on_a.start_turn(prompt("hello"))
+            await turn.wait()
+            await first.hand_on(second)  # `second` is behind what `first` delivered
+            await seen.wait_for(lambda e: isinstance(e, ev.TurnEnded))
+            turn2 = on_a.start_turn(prompt("again"))
+            await turn2.wait()
+            await seen.wait_for(lambda e: isinstance(e, ev.TurnEnded) and e.turn_id == turn2.turn_id)
+            seqs = [e.seq for e in seen.events]
+            assert seqs == list(range(1, len(seqs) + 1)), seqs
+
+
+async def test_an_owner_that_holds_a_lease_it_does_not_serve_is_refused_not_looped(autojump_clock: trio.abc.Clock) -> None:
+    with trio.fail_after(CEILING_S):
+        async with two_instances(ttl=1.0) as (hub, a, b):
+            on_a = await a.create("demo", cwd="/w")
+            on_b = await b.get(on_a.id)
+
+            async def keep(session_id: str) -> None:
+                pass  # a lease a keeps without serving the session (what a failed release leaves)
+
+            a.release_lease = keep  # type: ignore[method-assign]
+            await on_a.close()
+            await on_a._gone.wait()
+            rehomes = 0
+            rehome = b.rehome
+
+            async def counting(remote: object, *, gone: bool = False) -> None:
+                nonlocal rehomes
+                rehomes += 1
+                await rehome(remote, gone=gone)  # type: ignore[arg-type]
+
+            b.rehome = counting  # type: ignore[method-assign]
+            with pytest.raises(BackUnavailable):
+                await on_b.begin_turn(prompt("hello"))
+            assert rehomes == 1 and on_b.moved_to is None

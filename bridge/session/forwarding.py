@@ -66,6 +66,12 @@ class Forwarding:
         try:
             reply = await self.manager.cluster.forward(self.owner, command)
         except OwnerGone:
+            if isinstance(command, PromptCmd) and await self.manager.store.get_turn(command.turn_id) is not None:
+                # It started there before its instance went silent: never run it twice.
+                raise BackUnavailable(
+                    f"the instance running session {self.id} stopped answering after starting this turn; "
+                    "it ends as interrupted once that instance's lease expires"
+                ) from None
             await self.manager.rehome(self, gone=True)
             return None
         error = error_of(reply)

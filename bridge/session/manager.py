@@ -235,9 +235,15 @@ class SessionManager(Owners):
         )
         if not self.cluster.solo:
             await self.cluster.acquire(record.session_id)  # a new id: free, so ours
-        if not lazy:
-            await self.store.put_session(record)
-        session = await self._start(record, back)
+        try:
+            if not lazy:
+                await self.store.put_session(record)
+            session = await self._start(record, back)
+        except BaseException:
+            if not self.cluster.solo:
+                with trio.CancelScope(shield=True):
+                    await self.release_lease(record.session_id)
+            raise
         log.info("session created", extra={"route": route_name, "session": record.session_id})
         if self.observer is not None:
             self.observer.session_opened(route_name)
@@ -267,24 +273,32 @@ class SessionManager(Owners):
                 remote = await self._follow(session_id)
                 if remote is not None:
                     return remote  # type: ignore[return-value]
-                live = self._live.get(session_id)
-                if live is not None:
-                    return live
-            record = await self.store.get_session(session_id)
-            if record is None:
-                await self.release_lease(session_id)
-                raise NotFound(f"unknown session {session_id!r}")
-            if record.route not in self.config.routes:
-                raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
-            live = self._live.get(session_id)  # another task may have started it meanwhile
-            if live is not None:
-                return live
-            return await self._start(record, self.back_for(record.route))
+            try:
+                return await self._load(session_id)
+            except BaseException:  # its lease taken for nothing: let it go (never renewed for ever)
+                if not self.cluster.solo and session_id not in self._live:
+                    with trio.CancelScope(shield=True):
+                        await self.release_lease(session_id)
+                raise
         finally:
             if self._opening[session_id] == 1:
                 del self._opening[session_id]
             else:
                 self._opening[session_id] -= 1
+
+    async def _load(self, session_id: str) -> Session:
+        live = self._live.get(session_id)
+        if live is not None:
+            return live
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        if record.route not in self.config.routes:
+            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        live = self._live.get(session_id)  # another task may have started it meanwhile
+        if live is not None:
+            return live
+        return await self._start(record, self.back_for(record.route))
 
     async def _start(self, record: SessionRecord, back: Back) -> Session:
         assert self._nursery is not None, "SessionManager.run() is not running"

@@ -60,11 +60,24 @@ class Owners:
 
     def _open_owners(self) -> None:
         self._remote = {}
+        self._following: dict[str, trio.Lock] = {}  # one follower made at a time per session
         self.cluster.on_lost = self._lease_lost
 
     async def _follow(self, session_id: str) -> RemoteSession | None:
         """None when the lease is ours now (the caller loads the session); else the
-        session as followed from its owner."""
+        session as followed from its owner: one follower per session, however many
+        ask at once, registered before it starts so none is ever left untracked."""
+        lock = self._following.get(session_id)
+        if lock is None:
+            lock = self._following[session_id] = trio.Lock()
+        try:
+            async with lock:
+                return await self._follow_locked(session_id)
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._following.pop(session_id, None)
+
+    async def _follow_locked(self, session_id: str) -> RemoteSession | None:
         owner = await self.cluster.acquire(session_id)
         if owner is None:
             return None
@@ -79,27 +92,43 @@ class Owners:
         if record.route not in self.config.routes:
             raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
         old = self._remote.get(session_id)  # following an owner that let it go
-        remote = RemoteSession(self, record, owner, self.config.routes[record.route])  # type: ignore[arg-type]
-        await remote.start()
-        self._remote[session_id] = remote
-        if old is not None and old is not remote and not old.closed:
+        remote = self._remote[session_id] = RemoteSession(self, record, owner, self.config.routes[record.route])  # type: ignore[arg-type]
+        try:
+            await remote.start()
+        except BaseException:
+            if self._remote.get(session_id) is remote:
+                del self._remote[session_id]
+            with trio.CancelScope(shield=True):
+                await remote.close()
+            raise
+        if old is not None and not old.closed:
             await old.hand_on(remote)
         return remote
 
     async def rehome(self, remote: RemoteSession, *, gone: bool = False) -> None:
         """`remote`'s owner answered `Moved` (it let the session go) or not at all
-        (`gone`): the session's new home (this instance, or another) takes over."""
-        if self._remote.get(remote.id) is remote:
-            del self._remote[remote.id]
+        (`gone`): the session's new home (this instance, or another) takes over.
+
+        An owner that answered `Moved` but still holds the lease is closing the session
+        (bounded: its last flush, then the release): asked again with a backoff, within
+        the lease TTL. An owner that does not answer keeps the lease until it expires."""
+        ttl = self.config.cluster.lease_ttl_s
         owner = await self.cluster.acquire(remote.id)
-        if owner is not None and owner == remote.owner and gone:
-            self._remote[remote.id] = remote  # still its lease: the instance may be gone, not yet expired
-            ttl = getattr(self.config.cluster, "lease_ttl_s", 0)
+        delay, waited = 0.02, 0.0
+        while owner is not None and owner == remote.owner and not gone and waited < ttl:
+            await trio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 0.5)
+            owner = await self.cluster.acquire(remote.id)
+        if owner is not None and owner == remote.owner:
+            what = "does not answer" if gone else "does not let it go"
             raise BackUnavailable(
-                f"the instance running session {remote.id} does not answer; if it stopped, another "
+                f"the instance running session {remote.id} {what}; if it stopped, another "
                 f"instance takes the session over within {ttl:g} s: retry then"
             )
-        home = await self.get(remote.id)  # the lease ours (`get` loads it here) or another's  # type: ignore[attr-defined]
+        if self._remote.get(remote.id) is remote:
+            del self._remote[remote.id]
+        home = await self.get(remote.id)  # type: ignore[attr-defined]  # the lease ours (loaded here) or another's
         if home is not remote:
             await remote.hand_on(home)
 

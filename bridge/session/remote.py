@@ -47,7 +47,7 @@ from bridge.core.events import (
 from bridge.session.interfaces import Subscriber, protocol_of
 from bridge.session.forwarding import Forwarding
 from bridge.session.remote_turn import FollowerHost, RemoteTurn
-from bridge.session.state import FrontState
+from bridge.session.state import FrontState, encode_front_state
 from bridge.session.supervised import SupervisedNursery
 from bridge.store import SessionRecord, TaskRecord, TurnRecord
 
@@ -58,6 +58,7 @@ log = logging.getLogger("bridge.session")
 
 _POLL_S = 1.0  # a follower reads the store at least this often (a lost notification)
 _RETRY_S = (0.05, 2.0)  # a failed read is tried again after a backoff between these
+_HELD_MAX = 4096  # events a moving subscriber's gate holds while the stored ones are read
 
 
 class RemoteSession(Forwarding):
@@ -102,12 +103,15 @@ class RemoteSession(Forwarding):
             log.info("session %s: its owner did not describe it: %s", self.id, exc)
 
     async def refresh(self) -> None:
-        """Read the record again (a front about to use it: its states may have changed on the owner)."""
+        """Read the record again (a front about to use it: its states may have changed on
+        the owner). A state a front here changed and has not sent yet is kept."""
         record = await self.manager.store.get_session(self.id)
         if record is not None:
             record.last_seq = max(record.last_seq, self._seq)
-            self.record = record
-            self._front_states.clear()
+            old, self.record = self.record, record
+            for kind, state in list(self._front_states.items()):
+                if encode_front_state(state)[0] == old.states.get(kind.key):
+                    del self._front_states[kind]  # unchanged here: read again from the new record
 
     @property
     def closed(self) -> bool:
@@ -263,22 +267,79 @@ class RemoteSession(Forwarding):
 
     # -- moving -----------------------------------------------------------------------
     async def hand_on(self, home: Any) -> None:
-        """The session now lives at `home`: every stored event delivered here first, then
-        each subscriber follows it there, and each later call goes there."""
-        try:
-            await self._catch_up(deliver=True)
-        except Exception:
-            log.exception("session %s: events could not be read before it moved", self.id)
+        """The session now lives at `home`: each later call goes there, and each
+        subscriber follows it there without a gap or a repeat. Each is subscribed there
+        first through a `_Gate` that holds what `home` delivers, then given the stored
+        events past the last it saw, then what was held, each event once, by sequence."""
         self.moved_to = home
+        self._follow_scope.cancel()  # our follower delivers nothing more
         for front_kind, state in self._front_states.items():
             if home.find_front_state(front_kind) is None:
                 home._front_states[front_kind] = state  # made here, not saved yet
         subs, self._subscribers = self._subscribers, []
-        for sub in subs:
-            self._moved_subs[id(sub)] = home.subscribe(sub)
+        gates = [_Gate(sub, self._seq) for sub in subs]
+        for gate in gates:
+            self._moved_subs[id(gate.sub)] = home.subscribe(gate)
+        try:
+            for _ in range(3):  # again while a gate had to let held events go (the store has them then)
+                async for page in self.manager.event_pages(self.id, min((g.after for g in gates), default=self._seq)):
+                    for event in page:
+                        for gate in gates:
+                            gate.feed(event)
+                if not any(g.overflowed for g in gates):
+                    break
+                for gate in gates:
+                    gate.overflowed = False
+                await home.flush()
+        except Exception:  # the store failed: what `home` delivers still comes
+            log.exception("session %s: stored events could not be read as it moved", self.id)
+        for gate in gates:
+            gate.open()
         self._closed.set()
-        self._follow_scope.cancel()
+        if self._watching:  # the old owner need not flush for us any more
+            self._watching = False
+            with contextlib.suppress(Exception):
+                self.manager.lend_nursery().start_soon(self._tell_quietly, WatchCmd(session_id=self.id, on=False))
 
     def __repr__(self) -> str:
         return f"RemoteSession(id={self.id!r}, owner={self.owner!r}, last_seq={self._seq})"
 
+
+class _Gate:
+    """A subscriber handed on to a session's new home (`RemoteSession.hand_on`): until
+    `open`, what the home delivers is held (bounded: past `_HELD_MAX` the oldest go and
+    are read from the store again after the home flushed) while the stored events are
+    fed; from then on each event passes once, in order, by its sequence number."""
+
+    def __init__(self, sub: Subscriber, after: int) -> None:
+        self.sub, self.after = sub, after
+        self._held: list[Event] | None = []
+        self.overflowed = False  # held events were let go: read them from the store again
+
+    def __getattr__(self, name: str) -> Any:  # `protocol`, `broken`, ...: the subscriber's own
+        return getattr(self.sub, name)
+
+    def feed(self, event: Event) -> None:
+        if event.seq is not None and event.seq > self.after:
+            self.after = event.seq
+            self.sub.deliver(event)
+
+    def deliver(self, event: Event) -> None:
+        if self._held is None:
+            self.feed(event)
+        else:
+            self._held.append(event)
+            if len(self._held) > _HELD_MAX:
+                del self._held[: len(self._held) - _HELD_MAX]
+                self.overflowed = True
+
+    def open(self) -> None:
+        held, self._held = self._held or [], None
+        for event in held:
+            self.feed(event)
+
+    def congested(self) -> bool:
+        return bool(self.sub.congested())
+
+    async def wait_uncongested(self) -> None:
+        await self.sub.wait_uncongested()
