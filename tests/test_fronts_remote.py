@@ -33,6 +33,7 @@ from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.fronts.chat.rest import _Api
 from bridge.fronts.chat.streams import ChatStreams
+from tests.test_session import Recorder
 from bridge.fronts.chat.ws import WsFront
 from bridge.fronts.chat.ws_connection import WsConnection
 from bridge.schema import a2a as s
@@ -127,6 +128,7 @@ async def test_a2a_through_b_reaches_the_tasks_that_run_on_a() -> None:
             first = await send(front_a.tasks, "hello")
             ctx = first.context_id
             assert a.live(ctx) is not None  # A holds the context's lease
+            a.live(ctx).subscribe(Recorder())  # a client on A watches it: it stays on A (else it would move to B)
 
             # (a) SendMessage through B in that context: the turn runs on A, B answers.
             again = await send(front_b.tasks, "again", ctx=ctx)
@@ -285,6 +287,7 @@ async def test_acp_through_b_loads_and_prompts_a_session_a_runs() -> None:
     with trio.fail_after(CEILING_S):
         async with two_instances() as (a, b), trio.open_nursery() as nursery:
             session = await a.create("demo", cwd="/w")
+            session.subscribe(Recorder())  # a client on A watches it: it stays on A
             first = await session.begin_turn([_text("hello")])
             await first.wait()
             to_send, to_recv = trio.testing.memory_stream_one_way_pair()

@@ -130,6 +130,7 @@ async def test_a_killed_owner_s_turn_ends_interrupted_and_the_session_moves() ->
     with trio.fail_after(CEILING_S):
         async with two_instances(ttl=0.5) as (hub, a, b):
             on_a = await a.create("demo", cwd="/w")
+            on_a.subscribe(Recorder())  # watched on a: its turns stay there
             on_b = await b.get(on_a.id)
             seen = Recorder()
             on_b.subscribe(seen)
@@ -274,3 +275,26 @@ async def test_an_owner_that_holds_a_lease_it_does_not_serve_is_refused_not_loop
             with pytest.raises(BackUnavailable):
                 await on_b.begin_turn(prompt("hello"))
             assert rehomes == 1 and on_b.moved_to is None
+
+
+async def test_an_idle_session_nobody_watches_on_its_owner_moves_to_where_its_prompts_come_from() -> None:
+    with trio.fail_after(CEILING_S):
+        async with two_instances() as (_, a, b):
+            on_a = await a.create("demo", cwd="/w")  # made on a (POST /api/sessions), used from b
+            on_b = await b.get(on_a.id)
+            seen = Recorder()
+            on_b.subscribe(seen)
+            turn = await on_b.begin_turn(prompt("hello"))
+            assert isinstance(b.live(on_a.id), Session) and a.live(on_a.id) is None  # it moved
+            assert (await turn.wait()).stop_reason is ev.StopReason.END_TURN
+            again = await on_b.begin_turn(prompt("again"))  # now without a hop
+            assert (await again.wait()).stop_reason is ev.StopReason.END_TURN
+            await seen.wait_for(lambda e: isinstance(e, ev.TurnEnded) and e.turn_id == again.turn_id)
+            seqs = [e.seq for e in seen.events]
+            assert seqs == list(range(1, len(seqs) + 1))
+            # Watched on its owner, a session stays there: the prompt is forwarded.
+            on_a2 = await a.create("demo", cwd="/w")
+            on_a2.subscribe(Recorder())
+            forwarded = await (await b.get(on_a2.id)).begin_turn(prompt("stay"))
+            assert a.live(on_a2.id) is on_a2 and b.live(on_a2.id) is None
+            assert (await forwarded.wait()).stop_reason is ev.StopReason.END_TURN

@@ -17,6 +17,7 @@ a session live, following the sessions others run, serving the commands they for
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -48,6 +49,8 @@ __all__ = ["Owners"]
 
 log = logging.getLogger("bridge.session")
 
+_PROCESS_BACKS = frozenset({"acp"})  # backs whose session is a process: never moved while it runs well
+
 
 class Owners:
     """Mixed into `SessionManager` (which sets `cluster`, `config`, `store`, `_live`)."""
@@ -55,6 +58,7 @@ class Owners:
     cluster: Cluster
     config: Config
     store: Store
+    keep_alive: list[Callable[[Session], bool]]
     _live: dict[str, Session]
     _remote: dict[str, RemoteSession]
 
@@ -163,6 +167,11 @@ class Owners:
         if session is None or session.closed:
             raise Moved(f"session {cmd.session_id} is not live on instance {self.cluster.instance_id}")
         if isinstance(cmd, PromptCmd):
+            if self._hands_over(session):
+                log.info("session %s moves to instance %s, where its prompts come from", session.id, cmd.origin)
+                await session.close()
+                await session._gone.wait()  # stored, its lease released: the sender takes it
+                raise Moved(f"session {cmd.session_id} moved to the instance its prompts come from")
             turn = await session.begin_turn(
                 cmd.content, message_id=cmd.message_id, meta=cmd.meta, turn_id=cmd.turn_id, record_meta=cmd.record_meta
             )
@@ -193,6 +202,19 @@ class Owners:
         if isinstance(cmd, DescribeCmd):
             return Reply(busy=session.busy, commands=session.commands(), options=session.config_options())
         raise Moved(f"unknown command {type(cmd).__name__}")  # pragma: no cover - the union is closed
+
+    def _hands_over(self, session: Session) -> bool:
+        """A prompt forwarded for an idle session nobody here uses moves the session to
+        the instance it came from (its clients are there: later turns run there without
+        a hop), unless its back is a process of its own (an ACP agent), which a move
+        would restart."""
+        route = self.config.routes.get(session.record.route)
+        tag = getattr(getattr(type(route.back), "__struct_config__", None), "tag", None) if route else None
+        return (
+            route is not None and tag not in _PROCESS_BACKS and not session.busy and not session._subscribers
+            and session.client_services is None and session.remote_watchers <= 1
+            and not any(keep(session) for keep in self.keep_alive)
+        )  # fmt: skip
 
     def _followed(self) -> list[Any]:
         return list(self._remote.values())

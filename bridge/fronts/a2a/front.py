@@ -305,6 +305,7 @@ class A2AFront:
             config = req.configuration
             if config is None or not config.return_immediately:
                 await live.wait_stopped()
+            await self.tasks.publish(live)
             return live.projector.snapshot(history_length=_history(config.history_length if config else None))
         if op == "get_task":
             return (await self.tasks.task(name, req.id)).snapshot(history_length=_history(req.history_length))
@@ -332,6 +333,7 @@ class A2AFront:
         stream = SseStream(encoder, self.cfg.stream_queue_max_events, to_end=op == "subscribe")
         if op == "stream":
             live = await self.tasks.send(name, req, dialect=encoder.dialect.value)
+            await self.tasks.publish(live)
             config = req.configuration
             live.attach(stream, history_length=_history(config.history_length if config else None))
             return stream

@@ -99,12 +99,18 @@ class TaskService:
             live = await self._continue(route, msg, push, dialect)
         else:
             live = await self._new_task(route, msg, push, dialect)
-        if push is not None or not self.manager.cluster.solo:
-            # The config is kept with the task; and in a cluster, the task is findable from
-            # every instance before its id is answered (GetTask, SubscribeToTask elsewhere).
+        if push is not None:
+            live.session.stage_task(live.kept.row())
+            await live.session.save_record()  # the config is kept with the task
+        return live
+
+    async def publish(self, live: LiveTask) -> None:
+        """In a cluster, a task answered before its turn ended (returnImmediately, a
+        stream's first event, a question) is stored first, so every instance finds it;
+        an ended one was stored with its end."""
+        if not self.manager.cluster.solo and not live.ended:
             live.session.stage_task(live.kept.row())
             await live.session.save_record()
-        return live
 
     async def _new_task(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
         content = blocks_of_message(msg)
