@@ -208,8 +208,9 @@ class _Worker:
                     assert job.statement is not None
                     conn.execute(*job.statement)
         except Exception:  # whose it was is found by running each alone
-            if self._conn is not None:
-                _rollback(self._conn)
+            if self._conn is not None:  # on a new connection: psycopg's prepared statements
+                self._conn.close()  # may be out of step with the server after a failed pipeline
+                self._conn = None
             return False
         return True
 
