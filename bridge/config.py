@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -250,6 +250,18 @@ class StoreConfig(ConfigStruct):
     def postgres(self) -> bool:
         """Whether a PostgreSQL database is named (the store several daemons share)."""
         return self.url is not None or self.url_env is not None or self.url_file is not None
+
+    # `url` carries the database's password: no repr shows it (STYLE.md rule 21).
+    def __repr__(self) -> str:
+        return "StoreConfig(" + ", ".join(f"{k}={v!r}" for k, v in self.__rich_repr__()) + ")"
+
+    def __rich_repr__(self) -> Iterator[tuple[str, object]]:
+        yield "state_dir", self.state_dir
+        yield "flush_interval_s", self.flush_interval_s
+        yield "retention_days", self.retention_days
+        yield "url", None if self.url is None else "<hidden>"
+        yield "url_env", self.url_env
+        yield "url_file", self.url_file
 
 
 class ClusterConfig(ConfigStruct):

@@ -19,7 +19,8 @@ holding its lease and the others forward to it (bridge/cluster/). Separate proce
 owning one SQLite file cannot reach each other, so `--workers` > 1 needs `[store] url`.
 
 The supervisor forwards SIGTERM, SIGINT and SIGHUP to every worker (each stops or
-reloads as a lone daemon does, bridge/service.py), waits for them to exit (bounded:
+reloads as a lone daemon does, bridge/service.py; SIGHUP once the worker listens: a
+worker still starting has no handler for it yet, so it gets it when it does), waits for them to exit (bounded:
 past the workers' own stop bound they are killed), restarts a worker that exits
 unexpectedly (after a delay doubling from `RESTART_DELAY_S` to `MAX_RESTART_DELAY_S`),
 and gives up, stopping the others and exiting `EX_SOFTWARE`, when one exits more than
@@ -32,6 +33,7 @@ the supervisor dies (PR_SET_PDEATHSIG). Each worker's log lines carry `worker=I`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -113,6 +115,7 @@ class _Worker:
     index: int
     proc: trio.Process | None = None
     ready: bool = False  # its current process listens
+    hup: bool = False  # a SIGHUP came while its current process was starting: sent once it listens
     listened: bool = False  # one of its processes did
     exits: deque[float] = field(default_factory=deque)  # when it exited unexpectedly (trio clock)
 
@@ -142,14 +145,20 @@ class Supervisor:
         self.env = dict(os.environ if env is None else env)
         self.stopping = False
         self.forced: int | None = None  # the signal that stopped everything at once
+        self.stop_signal: int | None = None  # the signal a graceful stop sent the workers
         self.status: int | None = None  # set when the supervisor gives up
         self.all_ready = trio.Event()  # every worker listened once
         self._changed = trio.Event()
 
     # -- signals ------------------------------------------------------------------------------
     def signal_all(self, signum: int) -> None:
+        """`signum` to every worker running; SIGHUP only to those that listen (before, its
+        default action would kill a worker still starting): the others get it once they do."""
         for worker in self.workers:
             if worker.proc is not None and worker.proc.returncode is None:
+                if signum == signal.SIGHUP and not worker.ready:
+                    worker.hup = True
+                    continue
                 try:
                     worker.proc.send_signal(signum)
                 except ProcessLookupError:
@@ -163,6 +172,7 @@ class Supervisor:
             log.info("SIGHUP: each worker reloads its configuration")
         elif not self.stopping:
             log.info("%s: stopping the %d workers gracefully (a second signal stops them at once)", name, len(self.workers))
+            self.stop_signal = signum
             self._stop()
         else:
             log.warning("%s again: the workers stop now", name)
@@ -173,6 +183,8 @@ class Supervisor:
         """Stop every worker (SIGTERM) and exit with `status`."""
         if self.status is None:
             self.status = status
+        if not self.stopping:
+            self.stop_signal = signal.SIGTERM
         self._stop()
         self.signal_all(signal.SIGTERM)
 
@@ -211,8 +223,16 @@ class Supervisor:
             return self.status
         if self.forced is not None:
             return 128 + self.forced
-        codes = [w.proc.returncode for w in self.workers if w.proc is not None and w.proc.returncode]
-        return codes[0] if codes else 0
+        codes = [self._status_of(w.proc.returncode) for w in self.workers if w.proc is not None and w.proc.returncode]
+        return next((code for code in codes if code), 0)
+
+    def _status_of(self, returncode: int) -> int:
+        """A worker's exit as a process exit status: killed by a signal is 128 + its
+        number (as a shell says it), but 0 for the signal of our own graceful stop (a
+        worker still starting has no handler for it yet: its default action ends it)."""
+        if returncode >= 0:
+            return returncode
+        return 0 if -returncode == self.stop_signal else 128 - returncode
 
     async def _keep(self, worker: _Worker) -> None:
         """Run `worker`, and again after each unexpected exit, until the stop."""
@@ -221,12 +241,16 @@ class Supervisor:
             status = await self._run_once(worker)
             if self.stopping:
                 return
-            if not worker.listened:
+            # Ended by a SIGHUP before it could handle it (someone else's: ours wait until it
+            # listens): no crash, nor a sign that the next one fails the same way.
+            crashed = status != -signal.SIGHUP
+            if crashed and not worker.listened:
                 log.error("worker %d exited before it listened: stopping", worker.index)
                 self.give_up(status if status > 0 else EX_SOFTWARE)
                 return
             now = trio.current_time()
-            worker.exits.append(now)
+            if crashed:
+                worker.exits.append(now)
             while worker.exits and now - worker.exits[0] > RESTART_WINDOW_S:
                 worker.exits.popleft()
             if len(worker.exits) > self.max_restarts:
@@ -237,7 +261,7 @@ class Supervisor:
             with trio.move_on_after(delay):
                 while not self.stopping:
                     await self._changed.wait()
-            delay = min(delay * 2, MAX_RESTART_DELAY_S)
+            delay = min(delay * 2, MAX_RESTART_DELAY_S) if crashed else delay
 
     async def _run_once(self, worker: _Worker) -> int:
         fds = [listener.sock.fileno() for listener in self.listeners]
@@ -249,7 +273,7 @@ class Supervisor:
         argv = [sys.executable, "-S", "-c", _TRAMPOLINE, str(os.getpid()), ",".join(map(str, fds)), *self.command]
         # Its own process group: a terminal's Ctrl-C reaches it once, from us.
         proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=env, pass_fds=fds, process_group=0)
-        worker.proc = proc
+        worker.proc, worker.hup = proc, False
         log.info("worker %d started (pid %d)", worker.index, proc.pid)
         if self.stopping:  # the stop came while it was starting
             proc.send_signal(signal.SIGTERM)
@@ -278,6 +302,10 @@ class Supervisor:
                 if b"\n" in buf:
                     worker.ready = worker.listened = True
                     log.info("worker %d (pid %d) %s", worker.index, proc.pid, buf.split(b"\n")[0].decode(errors="replace"))
+                    if worker.hup:  # the SIGHUP that came while it was starting
+                        worker.hup = False
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.send_signal(signal.SIGHUP)
                     self._wake()
 
 

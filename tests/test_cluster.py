@@ -357,3 +357,50 @@ async def test_a_full_command_queue_answers_overloaded(pg: Kit, monkeypatch: pyt
         reply = await b.forward(a.instance_id, CancelCmd(session_id="s1"))
         assert isinstance(error_of(reply), Overloaded) and len(seen) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_only_held_leases_are_renewed_one_whose_release_failed_expires(pg: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = await pg.start(ttl=1.0)
+    for sid in ("kept", "released"):
+        assert await a.acquire(sid) is None
+
+    def broken(conn: Any, **_: Any) -> None:
+        raise psycopg.OperationalError("the connection broke")
+
+    monkeypatch.setattr(pg_sql, "release", broken)
+    with pytest.raises(Overloaded):
+        await a.release("released")
+    monkeypatch.undo()
+    # A lease of a's that a does not hold (as if whoever acquired it gave up on it).
+    sql = f"INSERT INTO leases VALUES ('stray', %s, {NOW} + 1)"
+    await pg.stores[a.instance_id].call(lambda c: c.execute(sql, (a.instance_id,)))
+
+    async def free() -> bool:
+        return await b.acquire("released") is None and await b.acquire("stray") is None
+
+    await eventually(free)
+    assert await b.acquire("kept") == a.instance_id and a.stats()["leases"] == 1  # renewed all along
+
+
+async def test_renewals_that_stop_working_give_up_every_lease_before_it_expires(pg: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.store import pg_conn
+
+    monkeypatch.setattr(pg_conn, "LOCK_TIMEOUT_MS", 600_000)  # a renewal stuck, not failing
+    a, _ = await pg.start(ttl=1.0)
+    lost: list[str] = []
+    gave_up = trio.Event()
+
+    def on_lost(sid: str) -> None:
+        lost.append(sid)
+        if len(lost) == 2:
+            gave_up.set()
+
+    a.on_lost = on_lost
+    for sid in ("s1", "s2"):
+        assert await a.acquire(sid) is None
+    with psycopg.connect(pg.pg_url) as other:  # holds a's instance row: its heartbeat waits
+        other.execute("SELECT 1 FROM instances WHERE instance_id = %s FOR UPDATE", (a.instance_id,))
+        with trio.fail_after(20):
+            await gave_up.wait()
+        assert sorted(lost) == ["s1", "s2"] and a.stats()["leases"] == 0
+        other.rollback()

@@ -7,13 +7,15 @@ faults that fail a call loudly and leave the store usable, and no password shown
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
 from typing import Any
 
 import psycopg
 import pytest
 import trio
 
-from bridge.config import StoreConfig
+from bridge import logs
+from bridge.config import Config, StoreConfig
 from bridge.core.events import StopReason, TurnEnded, decode_events
 from bridge.errors import ConfigError, InternalError, Overloaded
 from bridge.store import open_store, store_url
@@ -276,6 +278,50 @@ async def test_no_password_in_a_repr_or_an_error(tmp_path: Any) -> None:
     assert "cannot be reached" in failed.value.message and "s3cret-pw" not in failed.value.message
     assert pg_conn.redact("postgresql://u@h/db?password=pw&sslmode=require") == "postgresql://u@h/db?password=***&sslmode=require"
     assert pg_conn.redact("host=h password='p w' dbname=d") == "host=h password=*** dbname=d"
+    assert "s3cret-pw" not in logs.redact(f"connecting to {url}")  # what opening registered
+    config = StoreConfig(url=url)
+    assert "s3cret-pw" not in repr(config) and "s3cret-pw" not in repr(Config(routes={}, store=config))
+
+
+@pytest.mark.trio
+async def test_a_probe_gives_up_on_a_stuck_connection_and_a_write_never_does(pg_url: str) -> None:
+    store = PgStore(pg_url, pool_size=1)
+    await store.open()
+    running, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def stuck(c: Any) -> None:
+        running.set()
+        release.wait()
+        order.append("stuck")
+
+    async def cancel_once_running(scope: trio.CancelScope) -> None:
+        await trio.to_thread.run_sync(running.wait)
+        scope.cancel()
+
+    async def unstick_at_last() -> None:  # only if the store never gives up: the test fails, not hangs
+        await trio.sleep(20)
+        release.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(unstick_at_last)
+            with trio.CancelScope() as renewal:  # as the cluster's bound gives up on a renewal
+                nursery.start_soon(cancel_once_running, renewal)
+                await store.call(stuck, abandon=True)
+            with trio.move_on_after(0.05):  # /readyz's bound, while the one connection is busy
+                await store.ping()
+            assert not release.is_set() and order == []  # both gave up while it was stuck
+            with trio.CancelScope() as saving:
+                saving.cancel()
+                nursery.start_soon(trio.to_thread.run_sync, release.set)
+                await store.save(session("s1"))  # cancelled, yet written: a write is never abandoned
+            await store.call(lambda c: order.append("next"))
+            nursery.cancel_scope.cancel()
+        assert order == ["stuck", "next"]  # the connection took no call before the abandoned one ended
+        assert await store.get_session("s1") is not None
+    finally:
+        await store.close()
 
 
 # -- [store] url ---------------------------------------------------------------------------------

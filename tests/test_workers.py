@@ -29,25 +29,32 @@ from daemon_support import Notifications, alive, base_config, demo_route, toml
 
 # A stand-in worker: serves "INDEX PID NOTIFY" on every connection to the activated HTTP
 # socket. FAKE_MODE=fail exits 78 before listening; die exits 3 right after listening;
-# die1 does so only as worker 1.
+# die1 does so only as worker 1; boot says "booting" and, signals still at their default
+# actions, waits for a byte on the FIFO $FAKE_GO; stubborn does so ignoring SIGTERM.
 _WORKER = """
 import os, signal, socket, sys
 from bridge.systemd import listen_fds
 mode, index = os.environ.get("FAKE_MODE", ""), os.environ["AGENT_BRIDGE_WORKER"]
 if mode == "fail":
     sys.exit(78)
+if mode in ("boot", "stubborn"):
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    go = os.open(os.environ["FAKE_GO"], os.O_RDWR)
+    os.write(2, f"worker {index} booting\\n".encode())  # one write: the workers share the pipe
+    os.read(go, 1)
 found = listen_fds()
 http = socket.socket(fileno=next(a.fd for a in found if a.kind == "http"))
-print("listening", " ".join(f"{a.name}:{a.fd}" for a in found), flush=True)
-if mode == "die" or (mode == "die1" and index == "1"):
-    sys.exit(3)
 def on_signal(signum, frame):
     if signum == signal.SIGHUP:
-        print(f"worker {index} reloaded", file=sys.stderr, flush=True)
+        os.write(2, f"worker {index} reloaded\\n".encode())
     else:
         sys.exit(0)
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, on_signal)
+print("listening", " ".join(f"{a.name}:{a.fd}" for a in found), flush=True)
+if mode == "die" or (mode == "die1" and index == "1"):
+    sys.exit(3)
 while True:
     conn, _ = http.accept()
     conn.sendall(f"{index} {os.getpid()} {os.environ.get('NOTIFY_SOCKET', '-')}\\n".encode())
@@ -117,7 +124,9 @@ class Supervised:
 
 
 @contextlib.asynccontextmanager
-async def supervised(tmp_path: Path, count: int, *, mode: str = "", max_restarts: int = 5, env: dict[str, str] | None = None) -> AsyncIterator[Supervised]:
+async def supervised(
+    tmp_path: Path, count: int, *, mode: str = "", max_restarts: int = 5, env: dict[str, str] | None = None, listening: bool = True
+) -> AsyncIterator[Supervised]:
     config = tmp_path / "workers.toml"
     config.write_text(toml({"routes": {"demo": demo_route()}, "server": {"listen": "127.0.0.1:0"}, "daemon": {"acp_socket": False}}))
     worker = tmp_path / "worker.py"
@@ -132,7 +141,7 @@ async def supervised(tmp_path: Path, count: int, *, mode: str = "", max_restarts
         async with trio.open_nursery() as nursery:
             assert proc.stdout is not None
             first = b""
-            while b"\n" not in first:
+            while listening and b"\n" not in first:
                 chunk = await proc.stdout.receive_some()
                 if not chunk:
                     break
@@ -198,6 +207,43 @@ async def test_a_worker_that_cannot_start_stops_the_service_with_its_status(tmp_
             assert await sup.proc.wait() == 78
             await sup.wait_for(r"worker \d exited before it listened: stopping")
             assert not any("restarts in" in line for line in sup.lines)
+
+
+async def test_a_sighup_while_a_worker_starts_reaches_it_once_it_listens(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    with trio.fail_after(60):
+        async with supervised(tmp_path, 1, mode="boot", env={"FAKE_GO": str(go)}, listening=False) as sup:
+            await sup.wait_for(r"worker 1 booting")
+            sup.proc.send_signal(signal.SIGHUP)
+            await sup.wait_for(r"SIGHUP: each worker reloads")
+            fd = os.open(go, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: nobody reads it, the worker died
+            os.write(fd, b"x")
+            os.close(fd)
+            (got,) = await sup.wait_for(r"worker 1 reloaded|worker 1 \(pid \d+\) (exited|killed)")
+            assert got.group(0) == "worker 1 reloaded"
+            sup.proc.send_signal(signal.SIGTERM)
+            assert await sup.proc.wait() == 0
+            assert not any("exited before it listened" in line for line in sup.lines)
+
+
+async def test_a_worker_ended_by_a_signal_exits_128_plus_it_or_0_for_our_own_stop(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    with trio.fail_after(60):
+        # Stopped while it starts: SIGTERM's default action ends it, as the stop asked.
+        async with supervised(tmp_path, 2, mode="boot", env={"FAKE_GO": str(go)}, listening=False) as sup:
+            await sup.wait_for(r"worker \d booting", 2)
+            sup.proc.send_signal(signal.SIGTERM)
+            assert await sup.proc.wait() == 0
+        # Killed by another signal during the stop: 128 + 9, as a shell says it.
+        async with supervised(tmp_path, 1, mode="stubborn", env={"FAKE_GO": str(go)}, listening=False) as sup:
+            (started,) = await sup.wait_for(r"worker 1 started \(pid (\d+)\)")
+            await sup.wait_for(r"worker 1 booting")
+            sup.proc.send_signal(signal.SIGTERM)
+            await sup.wait_for(r"stopping the 1 workers gracefully")
+            os.kill(int(started.group(1)), signal.SIGKILL)
+            assert await sup.proc.wait() == 128 + signal.SIGKILL
 
 
 async def test_workers_need_a_postgresql_store(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:

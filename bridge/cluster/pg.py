@@ -3,8 +3,12 @@
 What `Cluster` (bridge/cluster/base.py) promises, with `MemoryCluster` as the reference:
 
 - Leases are rows of `leases` (bridge/cluster/pg_sql.py), taken in one statement and
-  timed by the database clock. `run` renews this instance (`PgStore.heartbeat`) and all
-  its leases every third of `lease_ttl_s`; a lease found no longer ours calls `on_lost`.
+  timed by the database clock. `run` renews this instance (`PgStore.heartbeat`) and the
+  leases it holds (only those: one whose release failed expires) every third of
+  `lease_ttl_s`, each renewal bounded by that third; a lease found no longer ours calls
+  `on_lost`. When two thirds of `lease_ttl_s` passed since the last renewal that
+  succeeded, every lease held is given up (`on_lost`): the session manager closes those
+  sessions here before another instance may take them (no session runs on two).
   Every `lease_ttl_s` it sweeps: leases of gone instances are deleted, and when an
   instance is newly found expired, `close_cut_turns` ends its running turns.
 - A command is a notification on the owner's channel: `c ORIGIN ID BODY`, BODY the
@@ -80,6 +84,7 @@ class PgCluster:
         self.instance_id: str = store.owner
         self.on_lost: Callable[[str], None] = lambda sid: None
         self._held: dict[str, int] = {}  # session id -> when we took it (a counter)
+        self._renewed_at = 0.0  # trio clock: when the last renewal that succeeded began
         self._stamps = itertools.count(1)
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiting] = {}
@@ -93,8 +98,8 @@ class PgCluster:
         self._dead_seen: set[str] = set()
         self.counts = {"forwarded": 0, "served": 0, "forward_failures": 0}
 
-    async def _call(self, fn: Callable[..., Any], **kw: Any) -> Any:
-        return await self._store.call(functools.partial(fn, **kw))
+    async def _call(self, fn: Callable[..., Any], *, abandon: bool = False, **kw: Any) -> Any:
+        return await self._store.call(functools.partial(fn, **kw), abandon=abandon)
 
     async def _setup(self) -> None:
         if self._ready:
@@ -114,7 +119,9 @@ class PgCluster:
         return owner
 
     async def release(self, session_id: str) -> None:
-        self._held.pop(session_id, None)  # first: a renewal meanwhile does not call it lost
+        # First: a renewal meanwhile does not call it lost, and if the DELETE fails no
+        # renewal pushes it on (only held leases are): it expires within `lease_ttl_s`.
+        self._held.pop(session_id, None)
         await self._setup()
         await self._call(pg_sql.release, sid=session_id, me=self.instance_id)
 
@@ -134,8 +141,10 @@ class PgCluster:
                 for _ in range(WORKERS):
                     nursery.start_soon(self._serve, handler, inbox, outbox_send)
                 self._inbox, self._outbox = inbox_send, outbox_send
+                self._renewed_at = trio.current_time()
                 await self._renew()  # others see this instance alive before it says it started
                 task_status.started()
+                nursery.start_soon(self._sweep_loop)  # apart: a slow sweep never delays a renewal
                 await self._keep()
         finally:
             self._inbox = self._outbox = None
@@ -148,44 +157,76 @@ class PgCluster:
         # one still held here expires within `lease_ttl_s` now that nothing renews it.
         self._held = {}
         try:
-            await self._call(pg_sql.poke, me=self.instance_id)
+            await self._call(pg_sql.poke, abandon=True, me=self.instance_id)
         except BridgeError as exc:
             log.info("cluster: could not wake the LISTEN thread to stop (%s)", exc)
         await trio.to_thread.run_sync(listener.join, SHUTDOWN_S)
 
     async def _keep(self) -> None:
         period = self.config.lease_ttl_s / 3
-        next_sweep = trio.current_time()
         while True:
-            await trio.sleep(period)
-            await self._renew()
+            # After a failure, sooner: a second try before the leases are given up.
+            await trio.sleep(period if await self._renew() else period / 2)
             if self._dropped:
                 log.warning("cluster: %d commands dropped, the queue of %d and the outbox full", self._dropped, INBOX)
                 self._dropped = 0
-            if trio.current_time() >= next_sweep:
-                next_sweep = trio.current_time() + self.config.lease_ttl_s
-                await self._sweep()
 
-    async def _renew(self) -> None:
-        """Our instance row and every lease of ours, `lease_ttl_s` ahead."""
-        try:
-            await self._store.heartbeat()
-            before = dict(self._held)
-            ours = await self._call(pg_sql.renew, me=self.instance_id, ttl=self.config.lease_ttl_s)
-        except BridgeError as exc:
-            log.warning("cluster: could not renew this instance's leases (%s)", exc)
-            return
-        except Exception:  # our bug: log it, renew again next period
-            log.exception("cluster: renewing this instance's leases failed")
-            return
+    async def _sweep_loop(self) -> None:
+        await trio.sleep(self.config.lease_ttl_s / 3)
+        while True:
+            await self._sweep()
+            await trio.sleep(self.config.lease_ttl_s)
+
+    async def _renew(self) -> bool:
+        """Our instance row and the leases we hold, `lease_ttl_s` ahead; whether it worked.
+        Each try is bounded so that, failing, the leases are given up (`_give_up`) two
+        thirds of `lease_ttl_s` after the last renewal that worked: before they expire."""
+        ttl = self.config.lease_ttl_s
+        start = trio.current_time()
+        deadline = self._renewed_at + 2 * ttl / 3
+        if start >= deadline:
+            self._give_up()
+        ours: set[str] | None = None
+        before = dict(self._held)
+        bound = ttl / 3 if start >= deadline else min(ttl / 3, deadline - start)
+        with trio.move_on_after(bound) as scope:
+            try:
+                await self._store.heartbeat()
+                ours = await self._call(pg_sql.renew, abandon=True, me=self.instance_id, sids=list(before), ttl=ttl) if before else set()
+            except BridgeError as exc:
+                log.warning("cluster: could not renew this instance's leases (%s)", exc)
+            except Exception:  # our bug: log it, renew again next period
+                log.exception("cluster: renewing this instance's leases failed")
+        if ours is None:
+            if scope.cancelled_caught:
+                log.warning("cluster: renewing this instance's leases took more than %g s: given up", bound)
+            if trio.current_time() >= deadline:
+                self._give_up()
+            return False
+        self._renewed_at = start
         for sid, stamp in before.items():
             if sid not in ours and self._held.get(sid) == stamp:
                 del self._held[sid]
                 log.warning("cluster: lost the lease of session %s to another instance", sid, extra={"session": sid})
-                try:
-                    self.on_lost(sid)
-                except Exception:
-                    log.exception("cluster: on_lost failed for session %s", sid)
+                self._lost(sid)
+        return True
+
+    def _give_up(self) -> None:
+        """Every lease held is lost: no renewal worked for two thirds of `lease_ttl_s`."""
+        held, self._held = self._held, {}
+        if held:
+            log.warning(
+                "cluster: no renewal for %g s: giving up the %d sessions held here before their leases expire",
+                trio.current_time() - self._renewed_at, len(held),
+            )  # fmt: skip
+        for sid in held:
+            self._lost(sid)
+
+    def _lost(self, sid: str) -> None:
+        try:
+            self.on_lost(sid)
+        except Exception:
+            log.exception("cluster: on_lost failed for session %s", sid)
 
     async def _sweep(self) -> None:
         """Free the leases of gone instances; end the turns of newly expired ones."""

@@ -125,10 +125,12 @@ def release(conn: psycopg.Connection, *, sid: str, me: str) -> None:
     conn.execute("DELETE FROM leases WHERE session_id = %s AND instance_id = %s", (sid, me))
 
 
-def renew(conn: psycopg.Connection, *, me: str, ttl: float) -> set[str]:
-    """Push every lease of ours `ttl` ahead: the sessions whose lease is still ours."""
+def renew(conn: psycopg.Connection, *, me: str, sids: list[str], ttl: float) -> set[str]:
+    """Push the leases of `sids` still ours `ttl` ahead: those sessions. Only these: a
+    lease of ours nobody holds (its release failed, its taker gave up on it) expires."""
     rows = conn.execute(
-        f"UPDATE leases SET expires_at = {NOW} + %s WHERE instance_id = %s RETURNING session_id", (ttl, me)
+        f"UPDATE leases SET expires_at = {NOW} + %s WHERE instance_id = %s AND session_id = ANY(%s) RETURNING session_id",
+        (ttl, me, sids),
     ).fetchall()
     return {row[0] for row in rows}
 

@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 import trio
 
 from bridge.errors import BridgeError, InternalError
+from bridge.logs import add_secret
 from bridge.store import pg_ops
 from bridge.store.base import SessionRecord, StoredBatch, StoreStats, TaskPage, TaskRecord, TurnRecord
-from bridge.store.pg_conn import STATEMENT_TIMEOUT_MS, Pool, redact
+from bridge.store.pg_conn import STATEMENT_TIMEOUT_MS, Pool, password_of, redact
 from bridge.store.pg_rows import (
     PUT_SESSION, SESSION_COLUMNS, SESSION_WITH_STATES, TASK_COLUMNS, TURN_COLUMNS, save_params, sessions_with_states,
     upsert,
@@ -67,27 +68,30 @@ class PgStore:
     def __repr__(self) -> str:
         return f"PgStore({redact(self.url)!r}, owner={self.owner!r})"
 
-    async def _run(self, fn: Callable[[Any], _T], *, tx: bool = False) -> _T:
+    async def _run(self, fn: Callable[[Any], _T], *, tx: bool = False, abandon: bool = False) -> _T:
         if self._pool is None:
             raise InternalError("the store is not open")
         if not tx:
-            return await self._pool.run(fn)
+            return await self._pool.run(fn, abandon=abandon)
 
         def body(c: Any) -> _T:
             with c.transaction():
                 return fn(c)
 
-        return await self._pool.run(body)
+        return await self._pool.run(body, abandon=abandon)
 
-    async def call(self, fn: Callable[[Any], _T]) -> _T:
+    async def call(self, fn: Callable[[Any], _T], *, abandon: bool = False) -> _T:
         """`fn(connection)` in a worker thread, in one transaction on a pooled connection:
-        a race or a timeout, or a database that cannot be reached, is `Overloaded`."""
-        return await self._run(fn, tx=True)
+        a race or a timeout, or a database that cannot be reached, is `Overloaded`.
+        A cancelled caller waits for the call to end (its outcome is never lost), unless
+        `abandon`: what a time bound must give up on (a probe, a renewal; `Pool._call`)."""
+        return await self._run(fn, tx=True, abandon=abandon)
 
     async def open(self) -> None:
         async with self._lock:
             if self._pool is not None:
                 return
+            add_secret(password_of(self.url))  # no log line shows it, whatever prints the URL
             pool = Pool(self.url, self._pool_size)
             owner = uuid.uuid4().hex
             register = (owner, self._lease_ttl_s, socket.gethostname(), os.getpid())
@@ -118,14 +122,16 @@ class PgStore:
                 pool.close()
 
     async def heartbeat(self) -> None:
-        """This instance's row expires `lease_ttl_s` from now on the database's clock."""
+        """This instance's row expires `lease_ttl_s` from now on the database's clock.
+        A cancelled caller does not wait for it (the cluster bounds its renewals)."""
         args = (self.owner, self._lease_ttl_s, socket.gethostname(), os.getpid())
-        await self._run(lambda c: c.execute(_REGISTER, args))
+        await self._run(lambda c: c.execute(_REGISTER, args), abandon=True)
 
     async def ping(self) -> float:
-        """One round trip to the database, in seconds (`doctor`, `/readyz`)."""
+        """One round trip to the database, in seconds (`doctor`, `/readyz`); a cancelled
+        caller does not wait for it (a probe's time bound holds)."""
         start = time.monotonic()
-        await self._run(lambda c: c.execute("SELECT 1").fetchone())
+        await self._run(lambda c: c.execute("SELECT 1").fetchone(), abandon=True)
         return time.monotonic() - start
 
     async def put_session(self, record: SessionRecord) -> None:

@@ -31,7 +31,7 @@ import trio
 from bridge.errors import BridgeError, InternalError, Overloaded
 
 __all__ = [
-    "CONNECT_TIMEOUT_S", "LOCK_TIMEOUT_MS", "STATEMENT_TIMEOUT_MS", "Pool", "connect", "redact", "translate",
+    "CONNECT_TIMEOUT_S", "LOCK_TIMEOUT_MS", "STATEMENT_TIMEOUT_MS", "Pool", "connect", "password_of", "redact", "translate",
 ]  # fmt: skip
 
 _T = TypeVar("_T")
@@ -78,7 +78,8 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def _password(url: str) -> str | None:
+def password_of(url: str) -> str | None:
+    """The password `url` carries (its userinfo's or a `password` parameter), if any."""
     import psycopg.conninfo
 
     try:
@@ -88,7 +89,7 @@ def _password(url: str) -> str | None:
 
 
 def _scrub(text: str, url: str) -> str:
-    secret = _password(url)
+    secret = password_of(url)
     text = text.replace(url, redact(url))
     if secret:
         text = text.replace(secret, "***")
@@ -207,8 +208,9 @@ class _Worker:
                     assert job.statement is not None
                     conn.execute(*job.statement)
         except Exception:  # whose it was is found by running each alone
-            if self._conn is not None:
-                _rollback(self._conn)
+            if self._conn is not None:  # on a new connection: psycopg's prepared statements
+                self._conn.close()  # may be out of step with the server after a failed pipeline
+                self._conn = None
             return False
         return True
 
@@ -229,23 +231,36 @@ class Pool:
     def __repr__(self) -> str:
         return f"Pool({redact(self._url)!r}, connections={self._workers})"
 
-    async def run(self, fn: Callable[[Any], _T]) -> _T:
-        """`fn(connection)` in a connection's thread; psycopg's errors translated."""
-        return await self._call(_Job(fn))  # type: ignore[no-any-return]
+    async def run(self, fn: Callable[[Any], _T], *, abandon: bool = False) -> _T:
+        """`fn(connection)` in a connection's thread; psycopg's errors translated.
+        `abandon`: a cancelled caller does not wait for it (`_call`)."""
+        return await self._call(_Job(fn), abandon=abandon)  # type: ignore[no-any-return]
 
     async def execute(self, statement: str, params: Any) -> None:
         """One statement (its own transaction), maybe in one round trip with others."""
         await self._call(_Job(None, (statement, params)))
 
-    async def _call(self, job: _Job) -> Any:
-        """Queued calls always run (shielded: an outcome is never lost); a cancelled
-        caller sees its cancellation at its next checkpoint."""
+    async def _call(self, job: _Job, *, abandon: bool = False) -> Any:
+        """Queued calls always run (shielded: an outcome is never lost, a write is never
+        left half-known); a cancelled caller sees its cancellation at its next checkpoint.
+        With `abandon` (a probe, a ping, a renewal: what a time bound must be able to give
+        up on) a cancelled caller returns at once: the call is dropped if still queued,
+        else it finishes in its thread unwatched, and its connection takes no other call
+        until it has (a connection's thread runs one call at a time)."""
         if self._closed:
             raise InternalError("the store is not open")
         self._queue.append(job)
         self._dispatch()
-        with trio.CancelScope(shield=True):
-            await job.done.wait()
+        if abandon:
+            try:
+                await job.done.wait()
+            except BaseException:
+                if job in self._queue:
+                    self._queue.remove(job)
+                raise
+        else:
+            with trio.CancelScope(shield=True):
+                await job.done.wait()
         if job.error is not None:
             if isinstance(job.error, BridgeError) or not isinstance(job.error, Exception):
                 raise job.error
