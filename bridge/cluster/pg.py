@@ -98,8 +98,8 @@ class PgCluster:
         self._dead_seen: set[str] = set()
         self.counts = {"forwarded": 0, "served": 0, "forward_failures": 0}
 
-    async def _call(self, fn: Callable[..., Any], *, abandon: bool = False, **kw: Any) -> Any:
-        return await self._store.call(functools.partial(fn, **kw), abandon=abandon)
+    async def _call(self, fn: Callable[..., Any], *, abandon: bool = False, atomic: bool = True, **kw: Any) -> Any:
+        return await self._store.call(functools.partial(fn, **kw), abandon=abandon, atomic=atomic)
 
     async def _setup(self) -> None:
         if self._ready:
@@ -113,7 +113,11 @@ class PgCluster:
 
     async def acquire(self, session_id: str) -> str | None:
         await self._setup()
-        owner: str | None = await self._call(pg_sql.acquire, sid=session_id, me=self.instance_id, ttl=self.config.lease_ttl_s)
+        # One statement (a re-read after a race is safe apart): no BEGIN/COMMIT round trips,
+        # which every new session and every session a client opens pays for.
+        owner: str | None = await self._call(
+            pg_sql.acquire, atomic=False, sid=session_id, me=self.instance_id, ttl=self.config.lease_ttl_s
+        )
         if owner is None:
             self._held[session_id] = next(self._stamps)
         return owner
@@ -123,7 +127,7 @@ class PgCluster:
         # renewal pushes it on (only held leases are): it expires within `lease_ttl_s`.
         self._held.pop(session_id, None)
         await self._setup()
-        await self._call(pg_sql.release, sid=session_id, me=self.instance_id)
+        await self._call(pg_sql.release, atomic=False, sid=session_id, me=self.instance_id)  # one statement
 
     # -- the loop of `run`
 

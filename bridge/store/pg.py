@@ -80,12 +80,14 @@ class PgStore:
 
         return await self._pool.run(body, abandon=abandon)
 
-    async def call(self, fn: Callable[[Any], _T], *, abandon: bool = False) -> _T:
+    async def call(self, fn: Callable[[Any], _T], *, abandon: bool = False, atomic: bool = True) -> _T:
         """`fn(connection)` in a worker thread, in one transaction on a pooled connection:
         a race or a timeout, or a database that cannot be reached, is `Overloaded`.
         A cancelled caller waits for the call to end (its outcome is never lost), unless
-        `abandon`: what a time bound must give up on (a probe, a renewal; `Pool._call`)."""
-        return await self._run(fn, tx=True, abandon=abandon)
+        `abandon`: what a time bound must give up on (a probe, a renewal; `Pool._call`).
+        `atomic=False`: each statement of `fn` commits on its own (no BEGIN and COMMIT
+        round trips), for a call of one statement or of statements safe apart."""
+        return await self._run(fn, tx=atomic, abandon=abandon)
 
     async def open(self) -> None:
         async with self._lock:
