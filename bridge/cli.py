@@ -203,7 +203,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     from bridge.daemon import serve as serve_daemon
     from bridge.logs import set_log_ids
     from bridge.service import StartError
-    from bridge.workers import worker_index
+    from bridge.workers import watch_supervisor, worker_index
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     config = _load(path)
@@ -230,8 +230,11 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
         async def run(task_status: Any) -> None:
             nonlocal status
             status = await serve_daemon(config, state_dir=_state_dir(config, state_dir), config_path=path, task_status=task_status)
+            nursery.cancel_scope.cancel()  # stopped: the supervisor's watch (a worker's) ends too
 
         async with trio.open_nursery() as nursery:
+            if index is not None:
+                nursery.start_soon(watch_supervisor)
             try:
                 bound = await nursery.start(run)
             except StartError as exc:  # raised before anything started: no group to unwrap

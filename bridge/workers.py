@@ -27,8 +27,8 @@ and gives up, stopping the others and exiting `EX_SOFTWARE`, when one exits more
 `MAX_RESTARTS` times in `RESTART_WINDOW_S`. A worker that exits before it ever listened
 (a configuration or store it cannot use) stops everything with its exit status: the
 next one would fail the same way. Workers run in their own process group (a terminal's
-Ctrl-C reaches them once, through the supervisor) and are sent SIGTERM by the kernel if
-the supervisor dies (PR_SET_PDEATHSIG). Each worker's log lines carry `worker=I`.
+Ctrl-C reaches them once, through the supervisor) and stop gracefully if the supervisor
+dies (each watches its parent). Each worker's log lines carry `worker=I`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ __all__ = [
     "bind_listeners",
     "run_workers",
     "supervise",
+    "watch_supervisor",
     "worker_index",
 ]
 
@@ -73,14 +74,13 @@ RESTART_WINDOW_S = 60.0
 
 # Run by the worker's own interpreter between fork and the daemon's exec: the sockets
 # go to descriptors 3, 4, ... and LISTEN_PID names the process that execs, as systemd
-# does (sd_listen_fds(3)); the kernel sends SIGTERM if the supervisor dies first.
+# does (sd_listen_fds(3)). No PR_SET_PDEATHSIG: the kernel sends it when the *thread*
+# that forked exits, and trio forks in a worker thread that ends when idle (the
+# workers were stopped 10 s after they started); the worker watches its parent
+# instead (`watch_supervisor`).
 _TRAMPOLINE = """
-import ctypes, fcntl, os, signal, sys
+import fcntl, os, sys
 ppid, fds, argv = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",") if x], sys.argv[3:]
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-except (OSError, AttributeError):
-    pass
 if os.getppid() != ppid:
     sys.exit(0)
 moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 3 + len(fds)) for fd in fds]
@@ -92,6 +92,16 @@ for i, fd in enumerate(moved):
 os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS=str(len(fds)))
 os.execv(argv[0], argv)
 """
+
+
+async def watch_supervisor(interval_s: float = 1.0) -> None:
+    """In a worker: once the supervisor that started it is gone (the worker was handed to
+    another parent), stop as on SIGTERM, gracefully, so no worker outlives its service."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await trio.sleep(interval_s)
+    log.warning("the supervisor (pid %d) is gone: stopping", parent)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def worker_index() -> int | None:

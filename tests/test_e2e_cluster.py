@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -233,7 +234,24 @@ async def test_serve_workers_2_shares_one_listener_and_one_service(
                 assert listed["totalSize"] == 4
             children = descendants(d.proc.pid)
             assert len(children) >= 2
+            # The thread that started the workers ends once idle (trio's worker threads do):
+            # the workers must outlive it (they once got PR_SET_PDEATHSIG from it).
+            with trio.fail_after(30):
+                while len(os.listdir(f"/proc/{d.proc.pid}/task")) > 1:
+                    await trio.sleep(0.2)
+            await trio.sleep(0.5)
+            assert all(alive(pid) for pid in children)
+            assert {json.loads((await d.get("/healthz"))[1])["worker"] for _ in range(30)} == {1, 2}
             d.signal(signal.SIGTERM)
             assert await d.wait(30) == 0
             assert not [pid for pid in children if alive(pid)]  # the workers went with it
+        # A supervisor killed outright: its workers notice and stop on their own.
+        async with start_daemon(bridge_exe, tmp_path / "w", clean_env, config, name="w2", args=("--workers", "2")) as d2:
+            orphans = descendants(d2.proc.pid)
+            assert len(orphans) >= 2
+            d2.proc.kill()
+            await d2.proc.wait()
+            with trio.fail_after(20):
+                while any(alive(pid) for pid in orphans):
+                    await trio.sleep(0.1)
     assert "Traceback" not in d.log_text(), d.log_text()[-4000:]
