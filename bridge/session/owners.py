@@ -7,7 +7,9 @@ a session live, following the sessions others run, serving the commands they for
 - `_follow(sid)`: take the session's lease (None: ours, load it) or a `RemoteSession`
   following its owner (one per session, kept while used: idle ones close like idle live
   sessions).
-- `serve_command`: a command another instance forwarded, run on our live session.
+- `serve_command`: a command another instance forwarded, run on our live session; a
+  prompt for an idle session nobody uses here moves the session to the sender instead
+  (`_hands_over`).
 - `rehome`: a followed session's owner let it go or is gone: find where it lives now.
 - `release_lease`: a live session closed here (its events stored): the lease goes.
 - `_lease_lost`: another instance took a lease of ours (we stopped renewing in time):
