@@ -4,7 +4,11 @@
   live sessions and owns their nursery.
 - bridge/session/live.py: `Session`, one conversation: fan-out to subscribers, options,
   slash commands, idle tracking, typed per-front state.
+- bridge/session/commands.py: what a front sends a session (a turn, an answer, a
+  cancel, an option), awaitable so the same front code drives a remote session.
 - bridge/session/running.py: how a session runs a turn (deadlines, cancel, its end).
+- bridge/session/remote.py, remote_turn.py, forwarding.py, owners.py: sessions another
+  instance runs live (bridge/cluster/), followed and forwarded to.
 - bridge/session/turn.py: `Turn`, the handle a back drives, and the answer checks.
 - bridge/session/journal.py: events and records to the store in batches; the flusher.
 - bridge/session/state.py: `FrontState`, a front's typed state kept in the record.

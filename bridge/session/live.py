@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import trio
-from msgspec.structs import replace
 
 from bridge.backs.base import Back, BackSession, ClientServices, SessionContext
 from bridge.config import Route
@@ -46,20 +45,19 @@ from bridge.core.events import (
     CommandInfo,
     CommandsAvailable,
     ConfigOption,
-    ConfigValue,
     Event,
     OptionsChanged,
-    QuestionAnswered,
     TurnStarted,
 )
 from bridge.core.turn import TurnState
-from bridge.errors import BackError, BackUnavailable, Busy, InvalidParams, NotFound
+from bridge.errors import BackError, BackUnavailable, Busy, NotFound
 from bridge.prompts.registry import PromptRegistry
+from bridge.session.commands import Commands
 from bridge.session.interfaces import Subscriber, TurnObserver, protocol_of
 from bridge.session.journal import FLUSH_AT_EVENTS, MAX_PENDING_EVENTS, Flusher, Journal
 from bridge.session.running import TurnRunner
 from bridge.session.supervised import SupervisedNursery
-from bridge.session.turn import Turn, check_answer, new_id
+from bridge.session.turn import Turn, new_id
 from bridge.store import SessionRecord, Store, TurnRecord
 
 __all__ = ["Session", "SessionOwner"]
@@ -96,7 +94,7 @@ def _nothing() -> None:
     pass
 
 
-class Session(TurnRunner, Journal):
+class Session(Commands, TurnRunner, Journal):
     """One live conversation: its back session, its running turn, its subscribers."""
 
     def __init__(self, manager: SessionOwner, record: SessionRecord, route: Route, back: Back) -> None:
@@ -383,25 +381,6 @@ class Session(TurnRunner, Journal):
         self._spawn(self._run_turn, turn)
         return turn
 
-    # -- commands as a front sends them (bridge/session/remote.py has the same, forwarded) --
-    async def begin_turn(
-        self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
-        turn_id: str | None = None, record_meta: dict[str, Any] | None = None,
-    ) -> Turn:  # fmt: skip
-        """`start_turn`, awaitable: on another instance's session (`RemoteSession`) the
-        owner starts it and answers. `turn_id`: chosen by a forwarding instance;
-        `record_meta`: put in the turn's record (`TurnRecord.meta`) as it starts."""
-        return self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta)
-
-    async def send_answer(self, question_id: str, **answer: Any) -> None:
-        """`answer`, awaitable: its errors (no such question, an answer that does not fit)
-        reach the caller even when the question is open on another instance."""
-        self.answer(question_id, **answer)
-
-    async def send_cancel(self) -> bool:
-        """`cancel`, awaitable: whether a running turn was asked to stop."""
-        return self.cancel()
-
     async def _ensure_back(self) -> BackSession:
         if self._back_lock is None:
             self._back_lock = trio.Lock()
@@ -419,67 +398,3 @@ class Session(TurnRunner, Journal):
                 )
                 self._back_session = await self.back.open_session(ctx, nursery=self._nursery)
             return self._back_session
-
-    def answer(
-        self,
-        question_id: str,
-        *,
-        selected: list[str] | None = None,
-        text: str | None = None,
-        values: dict[str, Any] | None = None,
-        cancelled: bool = False,
-        by: Literal["user", "front"] = "user",
-    ) -> None:
-        """Answer an open question; InvalidParams if the answer does not fit it.
-
-        `by="front"` (with `cancelled`): the front had no way to show the question,
-        so the back may ask in the chat instead (the A2A back does: bridge/backs/a2a/turn.py).
-        """
-        turn = self.turn
-        question = turn.open_question(question_id) if turn else None
-        if turn is None or question is None:
-            raise NotFound(f"no open question {question_id!r} in session {self.id}")
-        selected = selected or []
-        if not cancelled:
-            check_answer(question, selected, text, values)
-        turn._resolve(
-            question_id,
-            QuestionAnswered(
-                question_id=question_id, selected=selected, text=text, values=values, cancelled=cancelled, by=by
-            ),
-        )
-
-    # -- options --------------------------------------------------------------------
-    def config_options(self) -> list[ConfigOption]:
-        """The route's options, then those the back's agent offers (route ids win)."""
-        own = [
-            ConfigOption(
-                id=o.id,
-                name=o.name,
-                current=self.record.options.get(o.id, o.default or o.values[0].value),
-                values=[ConfigValue(value=v.value, name=v.name, description=v.description) for v in o.values],
-                description=o.description,
-                category=o.category,
-            )
-            for o in self.route.options
-        ]
-        ids = {o.id for o in own}
-        return own + [o for o in self.back_options if o.id not in ids]
-
-    async def set_option(self, option_id: str, value: str) -> list[ConfigOption]:
-        spec = next((o for o in self.route.options if o.id == option_id), None)
-        offered = None if spec is not None else next((o for o in self.back_options if o.id == option_id), None)
-        if spec is None and offered is None:
-            raise InvalidParams(f"unknown option {option_id!r}; options are {[o.id for o in self.config_options()]}")
-        values = [v.value for v in (spec or offered).values]  # type: ignore[union-attr]
-        if value not in values:
-            raise InvalidParams(f"{value!r} is not a value of {option_id!r}: {values}")
-        self.record.options[option_id] = value
-        if self._back_session is not None:
-            await self._back_session.set_option(option_id, value)
-        if offered is not None:
-            self.back_options = [replace(o, current=value) if o.id == option_id else o for o in self.back_options]
-        options = self.config_options()
-        self._emit(OptionsChanged(options=options))
-        await self.save_record()
-        return options
