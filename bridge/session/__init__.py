@@ -4,6 +4,7 @@
   live sessions and owns their nursery.
 - bridge/session/live.py: `Session`, one conversation: fan-out to subscribers, options,
   slash commands, idle tracking, typed per-front state.
+- bridge/session/lifecycle.py: the manager as the daemon drives it (reload, drain, stop).
 - bridge/session/commands.py: what a front sends a session (a turn, an answer, a
   cancel, an option), awaitable so the same front code drives a remote session.
 - bridge/session/running.py: how a session runs a turn (deadlines, cancel, its end).
