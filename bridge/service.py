@@ -47,7 +47,7 @@ from bridge.errors import BridgeError, ConfigError
 from bridge.session import SessionManager
 from bridge.systemd import ActivatedSocket, Notifier, listen_fds
 
-__all__ = ["EX_OSERR", "StartError", "acp_listener", "run_service"]
+__all__ = ["EX_OSERR", "StartError", "acp_listener", "release_acp_socket", "run_service"]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -80,6 +80,16 @@ def _leaf(exc: BaseException, kind: type[E]) -> E | None:
             if found is not None:
                 return found
     return None
+
+
+def release_acp_socket(path: str | None, lock: int | None) -> None:
+    """Remove the ACP socket file we bound (`acp_listener` gave its lock), then unlock it."""
+    if lock is not None and path is not None:
+        try:
+            os.unlink(path)  # ours: we hold its lock
+        except OSError:
+            pass
+        os.close(lock)
 
 
 def acp_listener(config: Config, activated: list[ActivatedSocket]) -> tuple[socket.socket | None, str | None, int | None]:
@@ -194,12 +204,7 @@ async def run_service(
         raise StartError(f"cannot start: {unopened.message}", EX_CONFIG if isinstance(unopened, ConfigError) else EX_OSERR) from exc
     finally:
         svc.notifier.close()
-        if lock is not None and acp_path is not None:
-            try:
-                os.unlink(acp_path)  # ours: we hold its lock
-            except OSError:
-                pass
-            os.close(lock)
+        release_acp_socket(acp_path, lock)
     if svc.forced:
         return 128 + svc.forced[0]
     log.info("stopped")

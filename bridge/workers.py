@@ -324,7 +324,7 @@ def bind_listeners(config: Any, activated: Sequence[Any]) -> tuple[list[Listener
     `[server] listen` and `[daemon] acp_socket`. Returns them and a `release()` to call
     at the end (it removes the ACP socket file bound here)."""
     from bridge.config import listen_address
-    from bridge.service import acp_listener
+    from bridge.service import acp_listener, release_acp_socket
 
     listeners: list[Listener] = []
     http = [a for a in activated if a.kind == "http"]
@@ -345,12 +345,7 @@ def bind_listeners(config: Any, activated: Sequence[Any]) -> tuple[list[Listener
     def release() -> None:
         for listener in listeners:
             listener.sock.close()
-        if lock is not None and acp_path is not None:
-            try:
-                os.unlink(acp_path)  # ours: we hold its lock
-            except OSError:
-                pass
-            os.close(lock)
+        release_acp_socket(acp_path, lock)
 
     return listeners, release
 

@@ -216,6 +216,14 @@ async def test_serve_workers_2_shares_one_listener_and_one_service(
         async with start_daemon(bridge_exe, tmp_path / "w", clean_env, config, name="w", args=("--workers", "2")) as d:
             workers = {json.loads((await d.get("/healthz"))[1])["worker"] for _ in range(60)}
             assert workers == {1, 2}, workers  # both answer on the one port
+            children = descendants(d.proc.pid)
+            assert len(children) >= 2
+            # The thread that started the workers ends once idle (trio's worker threads do):
+            # the workers must outlive it (they once got PR_SET_PDEATHSIG from it), and serve
+            # every turn below (a stopping worker refuses them: "the bridge is shutting down").
+            with trio.fail_after(30):
+                while len(os.listdir(f"/proc/{d.proc.pid}/task")) > 1:
+                    await trio.sleep(0.2)
             async with httpx.AsyncClient(base_url=d.url, timeout=30) as h:
                 sid = (await h.post("/api/sessions", json={"route": "demo"})).json()["session_id"]
                 for i in range(4):  # a new connection each time: either worker, one session
@@ -232,16 +240,9 @@ async def test_serve_workers_2_shares_one_listener_and_one_service(
                     context = task["contextId"]
                 listed = (await call(h, "demo", "ListTasks", {"contextId": context}))["result"]
                 assert listed["totalSize"] == 4
-            children = descendants(d.proc.pid)
-            assert len(children) >= 2
-            # The thread that started the workers ends once idle (trio's worker threads do):
-            # the workers must outlive it (they once got PR_SET_PDEATHSIG from it).
-            with trio.fail_after(30):
-                while len(os.listdir(f"/proc/{d.proc.pid}/task")) > 1:
-                    await trio.sleep(0.2)
-            await trio.sleep(0.5)
             assert all(alive(pid) for pid in children)
             assert {json.loads((await d.get("/healthz"))[1])["worker"] for _ in range(30)} == {1, 2}
+            assert "stopping" not in d.log_text(), d.log_text()[-3000:]
             d.signal(signal.SIGTERM)
             assert await d.wait(30) == 0
             assert not [pid for pid in children if alive(pid)]  # the workers went with it

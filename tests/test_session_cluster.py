@@ -298,3 +298,14 @@ async def test_an_idle_session_nobody_watches_on_its_owner_moves_to_where_its_pr
             forwarded = await (await b.get(on_a2.id)).begin_turn(prompt("stay"))
             assert a.live(on_a2.id) is on_a2 and b.live(on_a2.id) is None
             assert (await forwarded.wait()).stop_reason is ev.StopReason.END_TURN
+
+
+def test_a_subscriber_handed_on_keeps_its_fronts_metric_label() -> None:
+    from bridge.session.interfaces import protocol_of
+    from bridge.session.remote import _Gate
+
+    class ChatSub(Recorder):
+        protocol = "chat"
+
+    assert protocol_of(_Gate(ChatSub(), 0)) == "chat"  # was "unknown": the label was read off the gate's class
+    assert protocol_of(_Gate(Recorder(), 0)) == "unknown"

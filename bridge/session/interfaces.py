@@ -9,11 +9,15 @@ back errors once each, and of delivered events once per store flush, never per e
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
 from bridge.core.events import Event
 
-__all__ = ["Subscriber", "TurnObserver", "protocol_of"]
+__all__ = ["Subscriber", "TurnObserver", "protocol_of", "tell_broken", "wait_subscribers"]
+
+log = logging.getLogger("bridge.session")
 
 
 class Subscriber(Protocol):
@@ -32,8 +36,33 @@ class Subscriber(Protocol):
 
 def protocol_of(sub: Subscriber) -> str:
     """`sub`'s front, read once when it subscribes. A class that does not declare it yet
-    (a front not updated to the declaration) counts as "unknown", not as a guess."""
-    return getattr(type(sub), "protocol", "unknown")
+    (a front not updated to the declaration) counts as "unknown", not as a guess; a
+    wrapper (bridge/session/remote.py `_Gate`) answers for the subscriber it wraps."""
+    declared = getattr(type(sub), "protocol", None)
+    if isinstance(declared, str):
+        return declared
+    wrapped = getattr(sub, "protocol", None)
+    return wrapped if isinstance(wrapped, str) else "unknown"
+
+
+def tell_broken(sub: Subscriber, session_id: str) -> None:
+    """Tell a subscriber that raised (and was unsubscribed) through its optional `broken()`."""
+    broken = getattr(sub, "broken", None)
+    if callable(broken):
+        try:
+            broken()
+        except Exception:
+            log.exception("session %s: a failed subscriber could not be told", session_id)
+
+
+async def wait_subscribers(subs: Sequence[Subscriber], failed: Callable[[Subscriber, int | None], None]) -> None:
+    """Until no subscriber is congested (backpressure); one that raises goes to `failed`."""
+    for sub in subs:
+        try:
+            if sub.congested():
+                await sub.wait_uncongested()
+        except Exception:
+            failed(sub, None)
 
 
 class TurnObserver(Protocol):

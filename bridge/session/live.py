@@ -53,7 +53,7 @@ from bridge.core.turn import TurnState
 from bridge.errors import BackError, BackUnavailable, Busy, NotFound
 from bridge.prompts.registry import PromptRegistry
 from bridge.session.commands import Commands
-from bridge.session.interfaces import Subscriber, TurnObserver, protocol_of
+from bridge.session.interfaces import Subscriber, TurnObserver, protocol_of, tell_broken, wait_subscribers
 from bridge.session.journal import FLUSH_AT_EVENTS, MAX_PENDING_EVENTS, Flusher, Journal
 from bridge.session.running import TurnRunner
 from bridge.session.supervised import SupervisedNursery
@@ -289,20 +289,10 @@ class Session(Commands, TurnRunner, Journal):
             i = self._subscribers.index(sub)  # copy on write, as in `subscribe`
             self._subscribers = self._subscribers[:i] + self._subscribers[i + 1 :]
             self._protocols = self._protocols[:i] + self._protocols[i + 1 :]
-        broken = getattr(sub, "broken", None)
-        if callable(broken):
-            try:
-                broken()
-            except Exception:
-                log.exception("session %s: a failed subscriber could not be told", self.id)
+        tell_broken(sub, self.id)
 
     async def _flow(self) -> None:
-        for sub in self._subscribers:
-            try:
-                if sub.congested():
-                    await sub.wait_uncongested()
-            except Exception:
-                self._subscriber_failed(sub, None)
+        await wait_subscribers(self._subscribers, self._subscriber_failed)
         pending = len(self._pending)
         if pending >= MAX_PENDING_EVENTS:
             await self.flush()

@@ -291,11 +291,7 @@ class SessionManager(Owners, Lifecycle):
         live = self._live.get(session_id)
         if live is not None:
             return live
-        record = await self.store.get_session(session_id)
-        if record is None:
-            raise NotFound(f"unknown session {session_id!r}")
-        if record.route not in self.config.routes:
-            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        record = await self._stored(session_id)
         live = self._live.get(session_id)  # another task may have started it meanwhile
         if live is not None:
             return live

@@ -45,7 +45,7 @@ from bridge.session.remote import RemoteSession
 if TYPE_CHECKING:
     from bridge.config import Config
     from bridge.session.live import Session
-    from bridge.store import Store
+    from bridge.store import SessionRecord, Store
 
 __all__ = ["Owners"]
 
@@ -92,11 +92,7 @@ class Owners:
             remote.last_used = trio.current_time()
             await remote.refresh()
             return remote
-        record = await self.store.get_session(session_id)
-        if record is None:
-            raise NotFound(f"unknown session {session_id!r}")
-        if record.route not in self.config.routes:
-            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        record = await self._stored(session_id)
         old = self._remote.get(session_id)  # following an owner that let it go
         remote = self._remote[session_id] = RemoteSession(self, record, owner, self.config.routes[record.route])  # type: ignore[arg-type]
         try:
@@ -110,6 +106,15 @@ class Owners:
         if old is not None and not old.closed:
             await old.hand_on(remote)
         return remote
+
+    async def _stored(self, session_id: str) -> SessionRecord:
+        """The session's record, for a route configured here; NotFound otherwise."""
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        if record.route not in self.config.routes:
+            raise NotFound(f"session {session_id!r} belongs to route {record.route!r}, which is not configured")
+        return record
 
     async def rehome(self, remote: RemoteSession, *, gone: bool = False) -> None:
         """`remote`'s owner answered `Moved` (it let the session go) or not at all

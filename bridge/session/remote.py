@@ -44,7 +44,7 @@ from bridge.core.events import (
     TurnEnded,
     TurnStarted,
 )
-from bridge.session.interfaces import Subscriber, protocol_of
+from bridge.session.interfaces import Subscriber, protocol_of, tell_broken, wait_subscribers
 from bridge.session.forwarding import Forwarding
 from bridge.session.remote_turn import FollowerHost, RemoteTurn
 from bridge.session.state import FrontState, encode_front_state
@@ -223,20 +223,10 @@ class RemoteSession(Forwarding):
     def _subscriber_failed(self, sub: Subscriber, seq: int | None) -> None:
         log.exception("session %s: a %s subscriber failed at event %s; unsubscribed", self.id, protocol_of(sub), seq)
         self._subscribers = [s for s in self._subscribers if s is not sub]
-        broken = getattr(sub, "broken", None)
-        if callable(broken):
-            try:
-                broken()
-            except Exception:
-                log.exception("session %s: a failed subscriber could not be told", self.id)
+        tell_broken(sub, self.id)
 
     async def _flow(self) -> None:
-        for sub in self._subscribers:
-            try:
-                if sub.congested():
-                    await sub.wait_uncongested()
-            except Exception:
-                self._subscriber_failed(sub, None)
+        await wait_subscribers(self._subscribers, self._subscriber_failed)
 
     def subscribe(self, sub: Subscriber) -> Callable[[], None]:
         if self.moved_to is not None:
