@@ -300,7 +300,7 @@ async def test_an_idle_session_nobody_watches_on_its_owner_moves_to_where_its_pr
             assert (await forwarded.wait()).stop_reason is ev.StopReason.END_TURN
 
 
-def test_a_subscriber_handed_on_keeps_its_fronts_metric_label() -> None:
+async def test_a_subscriber_handed_on_keeps_its_fronts_metric_label() -> None:
     from bridge.session.interfaces import protocol_of
     from bridge.session.remote import _Gate
 
