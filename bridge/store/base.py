@@ -69,6 +69,9 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     session_id: str
     route: str
     cwd: str = ""
+    # The front whose client opened it: "acp", "chat", "a2a", "mcp" or "cli" (None: unknown,
+    # a session stored before schema 4).
+    front: str | None = None
     title: str | None = None
     created_at: float  # unix seconds
     updated_at: float

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,17 +41,17 @@ from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
 from bridge.fronts.chat.access import Access
-from bridge.fronts.chat.streams import ChatStreams, turn_open
+from bridge.fronts.chat.streams import ChatStreams
+from bridge.fronts.chat.views import SessionViews
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
 from bridge.fronts.chat.state import ChatSessionState
-from bridge.session import SessionManager, decode_front_state
+from bridge.session import SessionManager
 from bridge.store import SessionRecord
 
 __all__ = ["register"]
 
 log = logging.getLogger("bridge.fronts.chat.rest")
 
-_STATUS = {"cancelled": "interrupted", "failed": "failed", "input_required": "waiting_for_input"}
 _PAGE_RUNS, _MAX_PAGE_RUNS = 50, 200
 # Read by a page on another origin (CORS hides every other response header from it).
 _EXPOSED = "X-Chat-Sequence, X-Next-Cursor, Link"
@@ -65,10 +64,6 @@ class CreateSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
 
 
 _create = safejson.Decoder(CreateSession)  # any bytes: a value or DecodeError (400)
-
-
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _int(query: dict[str, list[str]], name: str, default: int, lo: int, hi: int) -> int:
@@ -107,6 +102,7 @@ class _Api:
         self.manager = manager
         self.streams = streams
         self.access = access
+        self.views = SessionViews(manager)
 
     def endpoint(self, fn: Callable[..., Awaitable[tuple[int, Any, list[tuple[str, str]]]]]) -> Any:
         """Access checks, errors as {"detail"}, CORS headers for an allowed browser origin."""
@@ -177,11 +173,11 @@ class _Api:
         limit = _int(query, "limit", 50, 1, 200)
         offset = _int(query, "offset", 0, 0, 2**31)
         records, total = await self.manager.store.list_sessions(limit=limit, offset=offset)
-        sessions = [self._info(r) for r in records]
+        sessions = [self.views.info(r) for r in records]
         return 200, {"sessions": sessions, "total": total, "limit": limit, "offset": offset}, []
 
     async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
-        return 200, self._info(await self._record(params["session_id"])), []
+        return 200, self.views.info(await self._record(params["session_id"])), []
 
     async def messages(
         self, scope: Scope, receive: Any, params: dict[str, str]
@@ -220,35 +216,6 @@ class _Api:
         if record is None:
             raise NotFound(f"unknown session {session_id!r}")
         return record
-
-    def _state(self, record: SessionRecord) -> ChatSessionState:
-        live = self.manager.live(record.session_id)
-        return live.front_state(ChatSessionState) if live is not None else decode_front_state(record.states, ChatSessionState)
-
-    def _status(self, record: SessionRecord) -> str:
-        live = self.manager.live(record.session_id)
-        if live is not None:
-            if live.busy:
-                return "waiting_for_input" if live.awaiting_answer else "running"
-            record = live.record  # its summary is newer than the stored one
-        if not record.turn_count:
-            return "created"
-        if turn_open(record) and not self.manager.cluster.solo:
-            return "running"  # on another instance (or cut off, until the cluster closes it)
-        if record.last_stop is None or record.last_cut:
-            return "interrupted"  # the daemon stopped during it (closed at its next start)
-        return _STATUS.get(record.last_stop, "completed")
-
-    def _info(self, record: SessionRecord) -> dict[str, Any]:
-        return {
-            "session_id": record.session_id,
-            "route": record.route,
-            "title": record.title,
-            "intent": self._state(record).intent,
-            "status": self._status(record),
-            "created_at": _iso(record.created_at),
-            "updated_at": _iso(record.updated_at),
-        }
 
 
 def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
