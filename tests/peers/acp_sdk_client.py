@@ -217,6 +217,15 @@ async def cancel_stream(ed: Editor) -> None:
 
 
 @scenario
+async def watched(ed: Editor) -> None:
+    """A `slow:` turn that someone else (the web console) watches and cancels."""
+    await ed.init()
+    sid = await ed.new()
+    ed.report["session_id"] = sid
+    await ed.prompt("prompt", sid, "slow: watched from a browser")
+
+
+@scenario
 async def cancel_permission(ed: Editor) -> None:
     await ed.init()
     sid = await ed.new()
