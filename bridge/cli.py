@@ -342,7 +342,7 @@ def _ask(
     async def one_turn(ctrl_c: _CtrlC) -> int:
         async with open_runtime(config, _state_dir(config, state_dir)) as manager:
             try:
-                session = await (manager.get(session_id) if session_id else manager.create(name, cwd=os.getcwd()))
+                session = await (manager.get(session_id) if session_id else manager.create(name, front="cli", cwd=os.getcwd()))
             except BridgeError as exc:
                 click.echo(f"error: {exc.message}", err=True)
                 return EX_USAGE

@@ -119,6 +119,7 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     from bridge.fronts.http_policy import BrowserPolicy
 
     app = HttpApp(BrowserPolicy(config.server))  # Host, Origin, Content-Type for every front
+    app.readiness = readiness  # routes' health for the fronts that show it (GET /api/routes)
 
     from bridge.workers import worker_index
 

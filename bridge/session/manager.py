@@ -216,9 +216,13 @@ class SessionManager(Owners, Lifecycle):
             self._backs[route_name] = back
         return back
 
-    async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None, lazy: bool = False) -> Session:
-        """A new live session. `lazy`: for a caller that starts a turn in it at once
-        (A2A); its record is then stored with that turn's first flush, not before."""
+    async def create(
+        self, route_name: str, *, front: str | None = None, cwd: str = "", meta: dict[str, Any] | None = None,
+        lazy: bool = False,
+    ) -> Session:  # fmt: skip
+        """A new live session, opened by `front` (its subscribers' `protocol`, or "cli").
+        `lazy`: for a caller that starts a turn in it at once (A2A); its record is then
+        stored with that turn's first flush, not before."""
         if not self.accepting:
             raise BackUnavailable(self.refusal)
         back = self.back_for(route_name)
@@ -229,6 +233,7 @@ class SessionManager(Owners, Lifecycle):
             session_id=new_id(),
             route=route_name,
             cwd=cwd,
+            front=front,
             created_at=now,
             updated_at=now,
             options={o.id: o.default or o.values[0].value for o in route.options},
