@@ -40,6 +40,7 @@ from bridge.config import Config, Route
 from bridge.core.events import Event, decode_events
 from bridge.errors import BackUnavailable, BridgeError, NotFound, Overloaded
 from bridge.prompts.registry import PromptRegistry
+from bridge.session.changes import Changes
 from bridge.session.interfaces import TurnObserver
 from bridge.session.journal import Flusher
 from bridge.session.live import Session
@@ -87,6 +88,7 @@ class SessionManager(Owners, Lifecycle):
         self._check_idle = trio.Event()  # wakes `_close_idle` before its next look
         self.flusher = Flusher(config.store.flush_interval_s)  # stores every session's events
         self.observer: TurnObserver | None = None
+        self.changes = Changes()  # which sessions changed, for live lists (bridge/session/changes.py)
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
         self.refusal = "the bridge is shutting down"
         self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good
@@ -251,6 +253,7 @@ class SessionManager(Owners, Lifecycle):
                     await self.release_lease(record.session_id)
             raise
         log.info("session created", extra={"route": route_name, "session": record.session_id})
+        self.changes.changed(record.session_id)
         if self.observer is not None:
             self.observer.session_opened(route_name)
         return session
@@ -362,6 +365,7 @@ class SessionManager(Owners, Lifecycle):
     def forget(self, session: Session) -> None:
         if self._live.get(session.id) is session:
             del self._live[session.id]
+            self.changes.changed(session.id)  # closed
 
     def live(self, session_id: str) -> Session | None:
         return self._live.get(session_id)
