@@ -15,9 +15,7 @@ export function promptBox(hooks) {
     "aria-label": "Message",
     rows: "3",
     placeholder: "Message the agent (/ for commands)",
-    role: "combobox",
     "aria-autocomplete": "list",
-    "aria-expanded": "false",
     "aria-controls": `commands-${n}`,
   });
   const list = h("ul.commands", { role: "listbox", "aria-label": "Commands", id: `commands-${n}`, hidden: true });
@@ -39,7 +37,6 @@ export function promptBox(hooks) {
   function refresh() {
     shown = matches();
     list.hidden = shown.length === 0;
-    message.setAttribute("aria-expanded", String(!list.hidden));
     if (active >= shown.length) active = shown.length - 1;
     list.replaceChildren(
       ...shown.map((c, i) =>
@@ -94,7 +91,6 @@ export function promptBox(hooks) {
       if (ev.key === "Escape") {
         ev.preventDefault();
         list.hidden = true;
-        message.setAttribute("aria-expanded", "false");
         return;
       }
     }
