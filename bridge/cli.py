@@ -18,7 +18,7 @@ from bridge import __version__
 from bridge.errors import ConfigError
 from bridge.store_cli import store_commands
 
-__all__ = ["main"]
+__all__ = ["console_url", "main"]
 
 EX_OK = 0
 EX_TURN_FAILED = 1
@@ -242,11 +242,25 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
                 return exc.status
             # One line on stdout, for whoever started us with port 0.
             click.echo(f"listening {' '.join(bound)}")
+            console = console_url(bound)
+            if console is not None:
+                click.echo(f"console: {console}")
             sys.stdout.flush()
             _tune_gc()
         return status
 
     sys.exit(trio.run(main_task))
+
+
+def console_url(bound: list[str]) -> str | None:
+    """Where a browser on this machine opens the web console: the first HTTP listener,
+    a wildcard address named by its loopback (the Host a loopback listener accepts)."""
+    url = next((b for b in bound if b.startswith("http://")), None)
+    if url is None:
+        return None
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+    return f"http://{host}:{port}/"
 
 
 @main.command()
@@ -328,7 +342,7 @@ def _ask(
     async def one_turn(ctrl_c: _CtrlC) -> int:
         async with open_runtime(config, _state_dir(config, state_dir)) as manager:
             try:
-                session = await (manager.get(session_id) if session_id else manager.create(name, cwd=os.getcwd()))
+                session = await (manager.get(session_id) if session_id else manager.create(name, front="cli", cwd=os.getcwd()))
             except BridgeError as exc:
                 click.echo(f"error: {exc.message}", err=True)
                 return EX_USAGE

@@ -119,6 +119,7 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     from bridge.fronts.http_policy import BrowserPolicy
 
     app = HttpApp(BrowserPolicy(config.server))  # Host, Origin, Content-Type for every front
+    app.readiness = readiness  # routes' health for the fronts that show it (GET /api/routes)
 
     from bridge.workers import worker_index
 
@@ -141,6 +142,9 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
         admin = AdminToken(token, configured=bool(server.admin_token_env or server.admin_token_file))
         register(app, readiness=readiness, metrics=metrics, admin=admin, metrics_need_token=server.metrics_need_token)
 
+    from bridge.fronts import console
+
+    console.register(app)  # the web console at `/`: static files calling the public APIs
     # Every front on the listener, as its package declares (bridge/registry.py, FrontKind.register).
     for front in config.protocols.fronts.values():
         if front.register is not None:

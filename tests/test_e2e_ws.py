@@ -164,12 +164,13 @@ async def serve(
     try:
         buf = b""
         with trio.fail_after(15):
-            while b"\n" not in buf:
+            while buf.count(b"\n") < 2:
                 chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
                 assert chunk, f"the daemon exited: {log.read_text()}"
                 buf += chunk
-        first = buf.split(b"\n")[0].decode()
+        first, second = buf.decode().split("\n")[:2]
         assert first.startswith("listening http://127.0.0.1:"), first
+        assert second == f"console: {first.split()[1]}/", second  # where a browser opens it
         yield Daemon(first.split()[1], proc, log)
         assert proc.returncode is None, f"the daemon died: {log.read_text()}"
     finally:
@@ -552,6 +553,12 @@ async def test_token_and_origin(bridge_exe: list[str], tmp_path: Path, env: dict
             async with d.http() as h:
                 r = await h.post("/api/sessions", json={})
                 assert (r.status_code, r.headers["www-authenticate"]) == (401, "Bearer") and "detail" in r.json()
+                # The console's page holds no data: it loads without the token, then asks for it.
+                r = await h.get("/", headers={"origin": "http://evil.example"})
+                assert r.status_code == 403
+                r = await h.get("/")
+                assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+                assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
                 r = await h.get("/api/sessions", headers={"authorization": "Bearer wrong"})
                 assert r.status_code == 401
                 r = await h.get(

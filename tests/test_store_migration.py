@@ -17,6 +17,7 @@ from bridge.core.events import StopReason, TurnEnded, decode_events
 from bridge.errors import InternalError
 from bridge.store.base import CUT_TURN_ERROR, StoredBatch, TaskRecord
 from bridge.store.sqlite import DB_FILENAME, SCHEMA_VERSION, SqliteStore
+from bridge.store.schema_ddl import MIGRATIONS, current, render
 from bridge.store.sqlite_schema import _MIGRATIONS
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "store_v2.sqlite3"
@@ -55,7 +56,7 @@ async def test_a_store_of_the_release_before_is_converted_in_place(tmp_path: Pat
     store = SqliteStore(str(state))
     await store.open()
     try:
-        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(3,)]
+        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(4,)]
 
         # Each task of the context is a row: what the A2A front recorded, its data as written.
         assert sorted(tasks_before) == sorted(r[0] for r in rows(db, "SELECT task_id FROM tasks"))
@@ -114,7 +115,7 @@ async def test_a_store_of_the_release_before_is_converted_in_place(tmp_path: Pat
             TurnEnded(seq=31, turn_id=CUT_TURN, stop_reason=StopReason.FAILED, error=CUT_TURN_ERROR)
         ]
         stats = await store.stats()
-        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 3)
+        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 4)
     finally:
         await store.close()
 
@@ -248,5 +249,51 @@ async def test_a_conversion_that_fails_leaves_the_file_as_it_was(tmp_path: Path,
         assert await store.read_batches(A2A_SID, after_seq=33) == [
             StoredBatch(first_seq=28, last_seq=34, blob=rows(db, f"SELECT blob FROM events WHERE session_id = '{A2A_SID}' AND first_seq = 28")[0][0])
         ]
+    finally:
+        await store.close()
+
+
+async def test_a_schema_3_file_gets_the_front_column_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Schema 3 → 4: a file made by the release before keeps every row; its sessions'
+    `front` is NULL (unknown), listed under "unknown", and new ones are listed by front
+    through the new index."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = state / DB_FILENAME
+    conn = sqlite3.connect(db)
+    with conn:
+        for step in current(MIGRATIONS[:3]):
+            conn.execute(str(render(step, "sqlite")))
+        conn.execute(
+            "INSERT INTO sessions (session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq,"
+            " closed, turn_count, last_stop, last_cut) VALUES ('old', 'demo', '/w', 'An old one', 0.5, 2.0, 'ref',"
+            " '{\"mode\":\"fast\"}', '{}', 3, 0, 1, 'end_turn', 0)"
+        )
+        conn.execute("INSERT INTO front_states VALUES ('old', 'chat', '{\"intent\":\"x\"}')")
+        conn.execute("INSERT INTO turns (turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, meta)"
+                     " VALUES ('t1', 'old', 1.0, 1, 2.0, 3, 'end_turn', '{}')")  # fmt: skip
+        conn.execute("INSERT INTO events VALUES ('old', 1, 3, x'00ff')")
+        conn.execute("PRAGMA user_version = 3")
+    conn.close()
+
+    store = SqliteStore(str(state))
+    await store.open()
+    try:
+        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(4,)]
+        assert ("sessions_by_front",) in rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")
+        old = await store.get_session("old")
+        assert old is not None and (
+            old.front, old.route, old.cwd, old.title, old.updated_at, old.back_ref, old.options, old.last_seq,
+            old.turn_count, old.last_stop, old.states,
+        ) == (None, "demo", "/w", "An old one", 2.0, "ref", {"mode": "fast"}, 3, 1, "end_turn", {"chat": {"intent": "x"}})  # fmt: skip
+        assert [t.turn_id for t in await store.list_turns("old")] == ["t1"]
+        assert await store.read_batches("old") == [StoredBatch(first_seq=1, last_seq=3, blob=b"\x00\xff")]
+
+        new = msgspec.structs.replace(old, session_id="new", front="acp", updated_at=3.0, states={})
+        await store.put_session(new)
+        assert await store.get_session("new") == new
+        assert [r.session_id for r in (await store.list_sessions(front="unknown"))[0]] == ["old"]
+        assert [r.session_id for r in (await store.list_sessions(front="acp"))[0]] == ["new"]
+        assert (await store.count_sessions())["front"] == {"acp": 1, "a2a": 0, "chat": 0, "mcp": 0, "cli": 0, "unknown": 1}
     finally:
         await store.close()

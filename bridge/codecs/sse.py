@@ -12,13 +12,17 @@ drops the connection.
 
 Used by the A2A back for both A2A bindings (A2A spec §9, §11: JSON-RPC wraps every
 `data:` in a JSON-RPC response, HTTP+JSON sends the bare StreamResponse).
+
+`encode_event(data, event=..., id=...)` is the other direction: one event's bytes, a
+`data:` line per line of `data` (the spec splits the field on line ends), for the chat
+front's canonical event stream and change feed.
 """
 
 from __future__ import annotations
 
 from bridge.codecs.numbers import small_int
 
-__all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent"]
+__all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent", "encode_event"]
 
 
 class SSEEvent:
@@ -140,3 +144,18 @@ class SSEDecoder:
             if retry is not None:
                 self._retry = retry
         # Any other field is ignored (spec).
+
+
+def encode_event(data: bytes, *, event: str | None = None, id: str | int | None = None) -> bytes:
+    """One event (WHATWG HTML §9.2.6): `id:`, `event:`, then `data` as `data:` lines.
+
+    `event` and `id` must hold no line end (our own names and numbers); `data` may: each
+    of its lines becomes a `data:` line, which a decoder joins again with LF."""
+    head = b""
+    if id is not None:
+        head += b"id: %s\n" % str(id).encode()
+    if event is not None:
+        head += b"event: %s\n" % event.encode()
+    if b"\n" in data or b"\r" in data:
+        return head + b"".join(b"data: %s\n" % line for line in data.splitlines()) + b"\n"
+    return head + b"data: " + data + b"\n\n"

@@ -98,6 +98,9 @@ class HttpApp:
         self._http: list[_Route] = []
         self._ws: list[_Route] = []
         self._background: list[Callable[..., Awaitable[None]]] = []
+        # The daemon's readiness probes (bridge/doctor.py `Readiness`), for a front that
+        # shows routes' health from the same cache as /readyz; None: not checked.
+        self.readiness: Any = None
 
     def add(self, method: str, path: str, handler: Handler, *, origins: Iterable[str] = (), refuse: Refuse | None = None) -> None:
         """`path` may hold `{name}` segments; they reach the handler by name. `origins`:

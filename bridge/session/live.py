@@ -52,6 +52,7 @@ from bridge.core.events import (
 from bridge.core.turn import TurnState
 from bridge.errors import BackError, BackUnavailable, Busy, NotFound
 from bridge.prompts.registry import PromptRegistry
+from bridge.session.changes import Changes
 from bridge.session.commands import Commands
 from bridge.session.interfaces import Subscriber, TurnObserver, protocol_of, tell_broken, wait_subscribers
 from bridge.session.journal import FLUSH_AT_EVENTS, MAX_PENDING_EVENTS, Flusher, Journal
@@ -71,6 +72,7 @@ class SessionOwner(Protocol):
     prompts: PromptRegistry
     observer: TurnObserver | None
     flusher: Flusher
+    changes: Changes
     accepting: bool
     refusal: str
     aborted: bool
@@ -322,6 +324,10 @@ class Session(Commands, TurnRunner, Journal):
     def last_seq(self) -> int:
         return self._seq
 
+    def _changed(self) -> None:
+        """Its status changed (a turn started or ended, a question asked or answered)."""
+        self.manager.changes.changed(self.id)
+
     async def history(self, after_seq: int = 0, *, through_seq: int | None = None) -> list[Event]:
         """Every event in (after_seq, through_seq]: what is pending is stored first."""
         await self.flush()
@@ -368,6 +374,7 @@ class Session(Commands, TurnRunner, Journal):
         self.record.turn_count += 1
         self.record.last_stop, self.record.last_cut = None, False
         self._emit(TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=message_id, meta=meta))
+        self._changed()
         self._spawn(self._run_turn, turn)
         return turn
 

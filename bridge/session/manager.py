@@ -40,6 +40,7 @@ from bridge.config import Config, Route
 from bridge.core.events import Event, decode_events
 from bridge.errors import BackUnavailable, BridgeError, NotFound, Overloaded
 from bridge.prompts.registry import PromptRegistry
+from bridge.session.changes import Changes
 from bridge.session.interfaces import TurnObserver
 from bridge.session.journal import Flusher
 from bridge.session.live import Session
@@ -87,6 +88,7 @@ class SessionManager(Owners, Lifecycle):
         self._check_idle = trio.Event()  # wakes `_close_idle` before its next look
         self.flusher = Flusher(config.store.flush_interval_s)  # stores every session's events
         self.observer: TurnObserver | None = None
+        self.changes = Changes()  # which sessions changed, for live lists (bridge/session/changes.py)
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
         self.refusal = "the bridge is shutting down"
         self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good
@@ -216,9 +218,13 @@ class SessionManager(Owners, Lifecycle):
             self._backs[route_name] = back
         return back
 
-    async def create(self, route_name: str, *, cwd: str = "", meta: dict[str, Any] | None = None, lazy: bool = False) -> Session:
-        """A new live session. `lazy`: for a caller that starts a turn in it at once
-        (A2A); its record is then stored with that turn's first flush, not before."""
+    async def create(
+        self, route_name: str, *, front: str | None = None, cwd: str = "", meta: dict[str, Any] | None = None,
+        lazy: bool = False,
+    ) -> Session:  # fmt: skip
+        """A new live session, opened by `front` (its subscribers' `protocol`, or "cli").
+        `lazy`: for a caller that starts a turn in it at once (A2A); its record is then
+        stored with that turn's first flush, not before."""
         if not self.accepting:
             raise BackUnavailable(self.refusal)
         back = self.back_for(route_name)
@@ -229,6 +235,7 @@ class SessionManager(Owners, Lifecycle):
             session_id=new_id(),
             route=route_name,
             cwd=cwd,
+            front=front,
             created_at=now,
             updated_at=now,
             options={o.id: o.default or o.values[0].value for o in route.options},
@@ -246,6 +253,7 @@ class SessionManager(Owners, Lifecycle):
                     await self.release_lease(record.session_id)
             raise
         log.info("session created", extra={"route": route_name, "session": record.session_id})
+        self.changes.changed(record.session_id)
         if self.observer is not None:
             self.observer.session_opened(route_name)
         return session
@@ -357,6 +365,7 @@ class SessionManager(Owners, Lifecycle):
     def forget(self, session: Session) -> None:
         if self._live.get(session.id) is session:
             del self._live[session.id]
+            self.changes.changed(session.id)  # closed
 
     def live(self, session_id: str) -> Session | None:
         return self._live.get(session_id)

@@ -59,6 +59,8 @@ log = logging.getLogger("bridge.session")
 _POLL_S = 1.0  # a follower reads the store at least this often (a lost notification)
 _RETRY_S = (0.05, 2.0)  # a failed read is tried again after a backoff between these
 _HELD_MAX = 4096  # events a moving subscriber's gate holds while the stored ones are read
+# What changes the session's status in a listing (bridge/session/changes.py).
+_STATUS_EVENTS = frozenset({TurnStarted, QuestionAsked, QuestionAnswered, TurnEnded})
 
 
 class RemoteSession(Forwarding):
@@ -203,6 +205,8 @@ class RemoteSession(Forwarding):
         elif kind is CommandsAvailable:
             self._commands = event.commands
         self.record.last_seq = max(self.record.last_seq, self._seq)
+        if kind in _STATUS_EVENTS:
+            self.manager.changes.changed(self.id)
 
     def _turn_for(self, turn_id: str, *, first_seq: int = 0, record: TurnRecord | None = None) -> RemoteTurn:
         if self.turn is not None and self.turn.turn_id == turn_id:

@@ -12,6 +12,7 @@ import trio
 from bridge.cluster.base import Cluster
 from bridge.core.content import ContentBlock
 from bridge.core.events import Event, Question, TurnEnded
+from bridge.session.changes import Changes
 from bridge.session.supervised import SupervisedNursery
 from bridge.store import Store, TurnRecord
 
@@ -25,6 +26,7 @@ class FollowerHost(Protocol):
 
     store: Store
     cluster: Cluster
+    changes: Changes
     accepting: bool
     refusal: str
 

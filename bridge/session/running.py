@@ -52,6 +52,7 @@ class TurnRunner:
     _emit: Callable[[Event], None]
     _ensure_back: Callable[[], Awaitable[BackSession]]
     _spawn: Callable[..., None]
+    _changed: Callable[[], None]
     flush_or_close: Callable[[], Awaitable[None]]
 
     async def _end_cut_turn(self) -> None:
@@ -131,6 +132,7 @@ class TurnRunner:
             await self.flush_or_close()  # a store failure must not leave the turn's waiters hanging
         turn.ended = ended
         turn._done.set()
+        self._changed()
         self.last_used = trio.current_time()
         for callback in turn._on_done:
             callback()

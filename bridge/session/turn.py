@@ -56,6 +56,8 @@ class TurnHost(Protocol):
 
     async def _flow(self) -> None: ...
 
+    def _changed(self) -> None: ...
+
     def cancel(self) -> bool: ...
 
 
@@ -133,6 +135,7 @@ class Turn:
         slot: tuple[Question, trio.Event, list[QuestionAnswered]] = (question, trio.Event(), [])
         self._answers[question.id] = slot
         self.emit(QuestionAsked(question=question, parent_tool_call_id=parent_tool_call_id))
+        self.session._changed()
         self.asking += 1
         try:
             with trio.move_on_after(self.session.route.question_timeout_s):
@@ -172,6 +175,7 @@ class Turn:
         box.append(answer)
         self.machine.answer(question_id)
         self.emit(answer)
+        self.session._changed()
         event.set()
 
     def _request_cancel(self) -> bool:

@@ -207,10 +207,16 @@ class Store(Protocol):
         """The record with its `states`."""
 
     async def list_sessions(
-        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0
-    ) -> tuple[list[SessionRecord], int]:
+        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
+        front: str | None = None, status: str | None = None, q: str | None = None,
+    ) -> tuple[list[SessionRecord], int]:  # fmt: skip
         """Newest `updated_at` first (ties: session_id); returns (page, total matching).
-        Records come with their `states`."""
+        Records come with their `states`. `front`, `status` and `q` (a title search) are
+        the filters of bridge/store/listing.py; a value outside their sets is `InvalidParams`."""
+
+    async def count_sessions(self) -> dict[str, dict[str, int]]:
+        """{"status": {...}, "front": {...}, "route": {...}}: how many sessions have each
+        (bridge/store/listing.py `fold_counts`), from one pass over the session rows."""
 
     async def delete_session(self, session_id: str) -> bool:
         """Remove the session, its turns, tasks, states and events; False if it did not exist."""

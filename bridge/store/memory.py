@@ -16,6 +16,7 @@ from typing import TypeVar
 import msgspec
 
 from bridge.errors import InternalError
+from bridge.store import listing
 from bridge.store.base import (
     CUT_TASK_STATE, SessionRecord, StoredBatch, StoreStats, TaskPage, TaskRecord, TurnRecord, cut_turn_end,
 )  # fmt: skip
@@ -66,18 +67,18 @@ class MemoryStore:
         return None if record is None else _copy(record)
 
     async def list_sessions(
-        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0
-    ) -> tuple[list[SessionRecord], int]:
-        matching = [
-            s
-            for s in self._sessions.values()
-            if (route is None or s.route == route) and (cwd is None or s.cwd == cwd)
-        ]
+        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
+        front: str | None = None, status: str | None = None, q: str | None = None,
+    ) -> tuple[list[SessionRecord], int]:  # fmt: skip
+        matching = [s for s in self._sessions.values() if listing.matches(s, route=route, cwd=cwd, front=front, status=status, q=q)]
         # Newest first, ties by session_id ascending: sort by id, then stably by time.
         matching.sort(key=lambda s: s.session_id)
         matching.sort(key=lambda s: s.updated_at, reverse=True)
         page = matching[offset : offset + limit]
         return [_copy(s) for s in page], len(matching)
+
+    async def count_sessions(self) -> dict[str, dict[str, int]]:
+        return listing.fold_counts((s.route, s.front, s.turn_count, s.last_stop, s.last_cut, 1) for s in self._sessions.values())
 
     async def delete_session(self, session_id: str) -> bool:
         self._batches.pop(session_id, None)

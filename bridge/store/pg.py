@@ -26,7 +26,7 @@ import trio
 
 from bridge.errors import BridgeError, InternalError
 from bridge.logs import add_secret
-from bridge.store import pg_ops
+from bridge.store import listing, pg_ops
 from bridge.store.base import SessionRecord, StoredBatch, StoreStats, TaskPage, TaskRecord, TurnRecord
 from bridge.store.pg_conn import STATEMENT_TIMEOUT_MS, Pool, password_of, redact
 from bridge.store.pg_rows import (
@@ -34,8 +34,8 @@ from bridge.store.pg_rows import (
     upsert,
 )  # fmt: skip
 from bridge.store.pg_schema import DB_NOW, ensure_schema
-from bridge.store.sqlite_rows import json_text, session_row, task_record, turn_record
 from bridge.store.sqlite import _filters
+from bridge.store.sqlite_rows import json_text, session_row, task_record, turn_record
 
 __all__ = ["PgStore"]
 
@@ -148,10 +148,10 @@ class PgStore:
         return found[0] if found else None
 
     async def list_sessions(
-        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0
-    ) -> tuple[list[SessionRecord], int]:
-        clauses, params = _filters(("route = %s", route), ("cwd = %s", cwd))
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
+        front: str | None = None, status: str | None = None, q: str | None = None,
+    ) -> tuple[list[SessionRecord], int]:  # fmt: skip
+        where, params = listing.where("pg", route=route, cwd=cwd, front=front, status=status, q=q)
         # One statement (one snapshot): the total beside the page, an empty page one row of NULLs.
         sql = (
             f"WITH s AS (SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY updated_at DESC, session_id "
@@ -161,6 +161,9 @@ class PgStore:
         )
         rows = await self._run(lambda c: c.execute(sql, [*params, limit, offset, *params]).fetchall())
         return sessions_with_states(rows, skip=1), rows[0][0]
+
+    async def count_sessions(self) -> dict[str, dict[str, int]]:
+        return await self._run(lambda c: listing.fold_counts(c.execute(listing.COUNT_SQL).fetchall()))
 
     async def delete_session(self, session_id: str) -> bool:
         return await self._run(lambda c: pg_ops.delete_sessions(c, [session_id]) > 0)

@@ -142,6 +142,11 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         Index("tasks_by_turn", "tasks", "turn_id"),
         Convert(sqlite=split_meta),
     ),
+    # 3 -> 4: the front that opened each session (NULL: stored before), listed by it.
+    (
+        AddColumn("sessions", Col("front", TEXT, null=True)),
+        Index("sessions_by_front", "sessions", "front, updated_at DESC, session_id"),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -28,7 +28,7 @@ from typing import TypeVar
 import trio
 
 from bridge.errors import InternalError, Overloaded
-from bridge.store import sqlite_ops
+from bridge.store import listing, sqlite_ops
 from bridge.store.base import (
     CUT_TASK_STATE, SessionRecord, StoredBatch, StoreStats, TaskPage, TaskRecord, TurnRecord, cut_turn_end,
 )  # fmt: skip
@@ -185,15 +185,12 @@ class SqliteStore:
         return await self._run(body, write=False)
 
     async def list_sessions(
-        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0
-    ) -> tuple[list[SessionRecord], int]:
-        clauses, params = _filters(("route = ?", route), ("cwd = ?", cwd))
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
+        front: str | None = None, status: str | None = None, q: str | None = None,
+    ) -> tuple[list[SessionRecord], int]:  # fmt: skip
+        where, params = listing.where("sqlite", route=route, cwd=cwd, front=front, status=status, q=q)
         count_sql = f"SELECT COUNT(*) FROM sessions {where}"
-        page_sql = (
-            f"SELECT {SESSION_COLUMNS} FROM sessions {where} "
-            "ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
-        )
+        page_sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
 
         def body(c: sqlite3.Connection) -> tuple[list[SessionRecord], int]:
             (total,) = c.execute(count_sql, params).fetchone()
@@ -201,6 +198,9 @@ class SqliteStore:
             return with_states(c, [session_record(r) for r in rows]), total
 
         return await self._run(body, write=False)
+
+    async def count_sessions(self) -> dict[str, dict[str, int]]:
+        return await self._run(lambda c: listing.fold_counts(c.execute(listing.COUNT_SQL).fetchall()), write=False)
 
     async def delete_session(self, session_id: str) -> bool:
         return await self._run(lambda c: sqlite_ops.delete_sessions(c, [session_id]) > 0)

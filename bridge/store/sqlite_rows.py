@@ -28,11 +28,11 @@ _STATE_DECODER = msgspec.json.Decoder(dict[str, object])
 
 SESSION_COLUMNS = (
     "session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed,"
-    " turn_count, last_stop, last_cut"
+    " turn_count, last_stop, last_cut, front"
 )
 TURN_COLUMNS = "turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta, stream_seq"
 TASK_COLUMNS = "task_id, session_id, route, context_id, created_at, turn_id, state, status_ts, data"
-PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 PUT_TURN = f"INSERT OR REPLACE INTO turns ({TURN_COLUMNS}, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 PUT_TASK = f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
 PUT_STATE = "INSERT OR REPLACE INTO front_states (session_id, key, data) VALUES (?,?,?)"
@@ -47,16 +47,16 @@ def json_text(value: Any) -> str:
 def session_row(r: SessionRecord) -> tuple[Any, ...]:
     return (
         r.session_id, r.route, r.cwd, r.title, r.created_at, r.updated_at, r.back_ref,
-        json_text(r.options), json_text(r.meta), r.last_seq, int(r.closed), r.turn_count, r.last_stop, int(r.last_cut),
+        json_text(r.options), json_text(r.meta), r.last_seq, int(r.closed), r.turn_count, r.last_stop, int(r.last_cut), r.front,
     )  # fmt: skip
 
 
 def session_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed, turns, stop, cut = row
+    sid, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq, closed, turns, stop, cut, front = row
     return SessionRecord(
         session_id=sid, route=route, cwd=cwd, title=title, created_at=created_at, updated_at=updated_at,
         back_ref=back_ref, options=_OPTIONS_DECODER.decode(options), meta=_META_DECODER.decode(meta),
-        last_seq=last_seq, closed=bool(closed), turn_count=turns, last_stop=stop, last_cut=bool(cut),
+        last_seq=last_seq, closed=bool(closed), turn_count=turns, last_stop=stop, last_cut=bool(cut), front=front,
     )  # fmt: skip
 
 

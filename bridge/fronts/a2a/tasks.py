@@ -118,7 +118,7 @@ class TaskService:
             session = await self._session_for(route, msg.context_id)
             context_id = msg.context_id
         else:
-            session = await self.manager.create(route, lazy=True)
+            session = await self.manager.create(route, front="a2a", lazy=True)
             session.front_state(A2AContext)  # marks it as the A2A front's, stored with it
             context_id = session.id
         refs = list(msg.reference_task_ids or ())
@@ -248,7 +248,7 @@ class TaskService:
 
     async def _side_session(self, route: str, context_id: str, *, primary: Session | None = None) -> Session:
         primary = primary or await self._primary(route, context_id)
-        session = await self.manager.create(route, lazy=True)
+        session = await self.manager.create(route, front="a2a", lazy=True)
         session.front_state(A2AContext).ctx = context_id
         primary.front_state(A2AContext).side.append(session.id)
         await primary.save_record()

@@ -278,7 +278,7 @@ class AcpConnection:
         if not os.path.isabs(p.cwd):
             raise InvalidParams(f"cwd must be an absolute path, got {p.cwd!r}")
         meta = {"mcpServers": p.mcp_servers} if p.mcp_servers else {}
-        session = await self.manager.create(self.route_name, cwd=p.cwd, meta=meta)
+        session = await self.manager.create(self.route_name, front="acp", cwd=p.cwd, meta=meta)
         att = self._attach(session)
         att.release(0)
         self.peer.respond(call.id, self._setup_result(session, acp.NewSessionResult))

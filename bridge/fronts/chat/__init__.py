@@ -1,8 +1,9 @@
-"""Chat front: the chat event stream on /ws and its REST API under /api/sessions."""
+"""Chat front: the chat event stream on /ws, its REST API under /api/sessions, and the
+canonical API beside it (a session's own events over SSE, its commands, the change feed)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.registry import FrontKind, SecretRefs
@@ -30,6 +31,24 @@ def _register(app: HttpApp, config: Config, manager: SessionManager) -> None:
     app.websocket("/ws", ws, origins=access.origins)
     app.background(ws.run)  # closes the sockets at shutdown, after the drain
     rest.register(app, config, manager, streams, access)
+    _register_canonical(app, config, manager, rest._Api(config, manager, streams, access))
+
+
+def _register_canonical(app: HttpApp, config: Config, manager: SessionManager, api: Any) -> None:
+    from bridge.fronts.chat.events_api import CanonicalApi, Slots, sse_handler
+    from bridge.fronts.chat.feed import ChangeFeed
+
+    canonical = CanonicalApi(config, manager, api)
+    feed = ChangeFeed(canonical)
+    slots = Slots(canonical.cfg.max_event_streams)
+    own = api.access.origins
+    base = "/api/sessions/{session_id}"
+    app.add("GET", base + "/events", sse_handler(api, slots, canonical.open_events, canonical.serve_events), origins=own)
+    app.add("GET", "/api/changes", sse_handler(api, slots, feed.open, feed.serve), origins=own)
+    for verb in ("prompt", "answer", "cancel"):
+        app.add("POST", f"{base}/{verb}", api.endpoint(getattr(canonical, verb)), origins=own)
+    for path in (base + "/events", "/api/changes", *(f"{base}/{v}" for v in ("prompt", "answer", "cancel"))):
+        app.add("OPTIONS", path, api.preflight, origins=own)
 
 
 def _secrets(cfg: WsFrontConfig) -> SecretRefs:

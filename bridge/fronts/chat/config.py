@@ -49,6 +49,17 @@ class WsFrontConfig(ConfigStruct):
     # Write every waiting frame in one socket write (hypercorn's WebSocket stream);
     # false: one ASGI `websocket.send` per frame.
     batch_writes: bool = True
+    # The canonical event streams (`GET /api/sessions/{id}/events`) and the change feed
+    # (`GET /api/changes`), SSE: how many may be open at once (over it: 503); what waits
+    # for one client, in events and bytes (over either the stream ends: the client
+    # resumes with Last-Event-ID from the store); a `: ping` comment after this long
+    # without a write; sessions changed and not yet sent to one feed client (over it
+    # the feed says `reset`: the client reads the list again).
+    max_event_streams: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    events_queue_max: Annotated[int, msgspec.Meta(ge=16)] = 10_000
+    events_queue_max_bytes: Annotated[int, msgspec.Meta(ge=65536)] = 8 * 1024 * 1024
+    events_heartbeat_s: PositiveSeconds = 15.0
+    changes_max_pending: Annotated[int, msgspec.Meta(ge=1)] = 1000
 
     @property
     def token_required(self) -> bool:

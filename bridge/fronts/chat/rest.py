@@ -1,11 +1,14 @@
 """The chat REST API (Blade Agent API docs, api/rest.md: sessions and `GET /api/sessions/{id}/messages`), beside `/ws` on the daemon's port.
 
     POST   /api/sessions                 {route?, intent?} → {session_id}
-    GET    /api/sessions?limit&offset    → {sessions, total, limit, offset}, newest first
-    GET    /api/sessions/{id}            → one session, with its status
+    GET    /api/sessions?limit&offset&route&front&status&q&counts=1
+                                         → {sessions, total, limit, offset, counts?}, newest first
+    GET    /api/sessions/{id}            → one session, with its status, commands and last_seq
     GET    /api/sessions/{id}/messages?limit&before
                                          → the turn projections of one page of runs
     DELETE /api/sessions/{id}            → stops its run, forgets it and its events
+    GET    /api/routes                   → the routes, their commands, options and health
+                                           (bridge/fronts/chat/routes_api.py)
 
 Errors are `{"detail": ...}` with the status of `bridge/errors.py`. The same bearer
 token and Origin allow-list as `/ws` apply; allowed browser origins get CORS headers
@@ -13,7 +16,11 @@ token and Origin allow-list as `/ws` apply; allowed browser origins get CORS hea
 
 A session's status comes from the summary its record keeps (`turn_count`, `last_stop`,
 `last_cut`) and from the live session, never from its turns, so a listing costs the
-same however long the sessions' histories are.
+same however long the sessions' histories are. The listing's filters are the store's
+(bridge/store/listing.py: `front`, `status`, `q` a title search; `route` a configured
+route), each value outside its set a 400 naming the allowed ones, as is a query
+parameter it does not know; `counts=1` adds the sessions by status, front and route
+(one more query: a GROUP BY over the session rows).
 
 `/messages` is a JSON array of turn projections (the Blade shape), oldest first, of the
 newest `limit` runs (default 50, at most 200; a run is one `chat:send` … `chat:end`).
@@ -42,7 +49,8 @@ from bridge.config import Config
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
-from bridge.fronts.chat.views import SessionViews
+from bridge.fronts.chat.routes_api import RoutesApi, default_route
+from bridge.fronts.chat.views import SessionViews, command_dicts
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
 from bridge.fronts.chat.state import ChatSessionState
 from bridge.session import SessionManager
@@ -58,12 +66,25 @@ _EXPOSED = "X-Chat-Sequence, X-Next-Cursor, Link"
 _enc = msgspec.json.Encoder()
 
 
-class CreateSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+class CreateSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     route: str | None = None
     intent: str | None = None
 
 
 _create = safejson.Decoder(CreateSession)  # any bytes: a value or DecodeError (400)
+
+
+_INDEX_PARAMS = ("limit", "offset", "route", "front", "status", "q", "counts")
+
+
+def _known(query: dict[str, list[str]], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(query) - set(allowed))
+    if unknown:
+        raise InvalidParams(f"unknown query parameter {unknown[0][:40]!r}; parameters are {', '.join(allowed)}")
+
+
+def _str(query: dict[str, list[str]], name: str) -> str | None:
+    return query.get(name, [None])[-1]
 
 
 def _int(query: dict[str, list[str]], name: str, default: int, lo: int, hi: int) -> int:
@@ -157,11 +178,13 @@ class _Api:
             raise InvalidParams(f"invalid body: {exc}") from exc
         except msgspec.DecodeError as exc:
             raise InvalidParams(f"the body is not JSON: {exc}") from exc
-        routes = self.config.routes
-        route = req.route or self.config.default_route or (next(iter(routes)) if len(routes) == 1 else None)
+        routes = self.manager.config.routes
+        route = req.route or default_route(self.manager.config)
         if route is None:
             raise InvalidParams(f"name a route: {sorted(routes)}")
-        session = await self.manager.create(route)
+        if route not in routes:
+            raise NotFound(f"no route named {route[:80]!r}; routes are {sorted(routes)}")
+        session = await self.manager.create(route, front="chat")
         if req.intent:
             session.front_state(ChatSessionState).intent = req.intent
             session.record.title = " ".join(req.intent.split())[:80] or None
@@ -170,14 +193,29 @@ class _Api:
 
     async def index(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        _known(query, _INDEX_PARAMS)
         limit = _int(query, "limit", 50, 1, 200)
         offset = _int(query, "offset", 0, 0, 2**31)
-        records, total = await self.manager.store.list_sessions(limit=limit, offset=offset)
-        sessions = [self.views.info(r) for r in records]
-        return 200, {"sessions": sessions, "total": total, "limit": limit, "offset": offset}, []
+        counts = _int(query, "counts", 0, 0, 1)
+        route = _str(query, "route")
+        if route is not None and route not in self.manager.config.routes:
+            raise InvalidParams(f"route must be one of {', '.join(sorted(self.manager.config.routes))}; got {route[:80]!r}")
+        store = self.manager.store
+        records, total = await store.list_sessions(
+            limit=limit, offset=offset, route=route, front=_str(query, "front"), status=_str(query, "status"), q=_str(query, "q")
+        )
+        body: dict[str, Any] = {"sessions": [self.views.info(r) for r in records], "total": total, "limit": limit, "offset": offset}
+        if counts:
+            body["counts"] = await store.count_sessions()
+        return 200, body, []
 
     async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
-        return 200, self.views.info(await self._record(params["session_id"])), []
+        record = await self._record(params["session_id"])
+        live = self.manager.live(record.session_id)
+        info = self.views.info(record)
+        info["commands"] = command_dicts(self.views.commands(record))
+        info["last_seq"] = live.last_seq if live is not None else record.last_seq
+        return 200, info, []
 
     async def messages(
         self, scope: Scope, receive: Any, params: dict[str, str]
@@ -226,5 +264,6 @@ def register(app: HttpApp, config: Config, manager: SessionManager, streams: Cha
     app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get), origins=own)
     app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete), origins=own)
     app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages), origins=own)
-    for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages"):
+    app.add("GET", "/api/routes", api.endpoint(RoutesApi(manager, api.views, app.readiness).index), origins=own)
+    for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages", "/api/routes"):
         app.add("OPTIONS", path, api.preflight, origins=own)

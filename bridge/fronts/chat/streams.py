@@ -335,7 +335,9 @@ class ChatStreams:
             self._drop(stream)
 
     def forget(self, session_id: str) -> None:
-        """The session was deleted: tell its watchers and drop its stream."""
+        """The session was deleted: tell its watchers and drop its stream, and the
+        change feeds and canonical event streams (bridge/session/changes.py)."""
+        self.manager.changes.deleted(session_id)
         stream = self._streams.get(session_id)
         if stream is not None:
             self._drop(stream, reason=f"session {session_id} was deleted")

@@ -193,7 +193,7 @@ async def call(
             if session.record.route != route:
                 return _error(f"session {session_id} belongs to tool {session.record.route!r}, not {route!r}")
         else:
-            session = await manager.create(route, cwd=os.getcwd(), meta={"front": "mcp"})
+            session = await manager.create(route, front="mcp", cwd=os.getcwd())
     except BridgeError as exc:
         return _error(exc.message)
     collector = _Collector()

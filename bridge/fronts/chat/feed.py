@@ -1,0 +1,116 @@
+"""`GET /api/changes`: the change feed a live list of sessions follows (SSE).
+
+`event: session` with the session as a listing shows it (bridge/fronts/chat/views.py
+`SessionViews.info`) when it is created, a turn starts or ends, a question is asked or
+answered, it is closed (bridge/session/changes.py says who tells); `event: deleted`
+with `{"session_id"}` when it is deleted. Coalesced: the sessions that changed are a
+set, sent as one batch, at most one batch per `COALESCE_S`, so a session appears at
+most once per batch however many turns it ran meanwhile. Bounded: more than
+`[ws] changes_max_pending` sessions waiting for one client become `event: reset`
+(`{}`: read the list again). `: ping` after `[ws] events_heartbeat_s` without a write.
+
+In a cluster the feed hears of the sessions this instance runs or follows; a client
+refetches the list now and then for the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+import trio
+
+from bridge.codecs.sse import encode_event
+from bridge.fronts.chat.events_api import CanonicalApi, query_ints
+from bridge.fronts.chat.sse_out import SseOut
+from bridge.fronts.chat.views import SessionViews
+from bridge.fronts.http import Scope
+
+__all__ = ["COALESCE_S", "ChangeFeed"]
+
+COALESCE_S = 0.25
+_enc = msgspec.json.Encoder()
+_RESET = encode_event(b"{}", event="reset")
+
+log = logging.getLogger("bridge.fronts.chat.events")
+
+
+class _Pending:
+    """One client's changed sessions (a ChangeListener): id → deleted."""
+
+    __slots__ = ("dirty", "reset", "limit", "_wake")
+
+    def __init__(self, limit: int) -> None:
+        self.dirty: dict[str, bool] = {}
+        self.reset = False
+        self.limit = limit
+        self._wake = trio.Event()
+
+    def _note(self, session_id: str, deleted: bool) -> None:
+        if self.reset:
+            return
+        if session_id not in self.dirty and len(self.dirty) >= self.limit:
+            self.reset, self.dirty = True, {}
+        else:
+            self.dirty[session_id] = deleted or self.dirty.get(session_id, False)
+        self._wake.set()
+
+    def changed(self, session_id: str) -> None:
+        self._note(session_id, False)
+
+    def deleted(self, session_id: str) -> None:
+        self._note(session_id, True)
+
+    async def wait(self) -> None:
+        await self._wake.wait()
+        self._wake = trio.Event()
+
+
+class ChangeFeed:
+    def __init__(self, canonical: CanonicalApi) -> None:
+        self.canonical = canonical
+        self.manager = canonical.manager
+        self.views = SessionViews(canonical.manager)
+
+    async def open(self, scope: Scope, params: dict[str, str]) -> None:
+        query_ints(scope, ())  # no parameter: one named is a mistake (400)
+
+    async def serve(self, opened: None, send: Any, receive: Any, cors: list[tuple[str, str]]) -> None:
+        out = self.canonical.out()
+        pending = _Pending(self.canonical.cfg.changes_max_pending)
+        out.on_close = self.manager.changes.listen(pending)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run, pending, out)
+            try:
+                await self.canonical.serve_out(out, send, receive, cors)
+            finally:
+                out.close()
+                nursery.cancel_scope.cancel()
+
+    async def _run(self, pending: _Pending, out: SseOut) -> None:
+        while not out.closed:
+            await pending.wait()
+            if pending.reset:
+                pending.reset = False
+                out.put(_RESET)
+            batch, pending.dirty = pending.dirty, {}
+            try:
+                for session_id, deleted in batch.items():
+                    frame = await self._frame(session_id, deleted)
+                    if frame is not None:
+                        out.put(frame)
+            except Exception:  # the store failed (or our bug): this client's feed ends; it reconnects
+                log.exception("change feed: a session could not be read; the feed ends")
+                out.close()
+                return
+            await trio.sleep(COALESCE_S)  # what changes meanwhile waits: one batch per COALESCE_S
+
+    async def _frame(self, session_id: str, deleted: bool) -> bytes | None:
+        if deleted:
+            return encode_event(_enc.encode({"session_id": session_id}), event="deleted")
+        live = self.manager.live(session_id)
+        record = live.record if live is not None else await self.manager.store.get_session(session_id)
+        if record is None:  # deleted (said already), or never stored (a lazy session that closed)
+            return None
+        return encode_event(_enc.encode(self.views.info(record)), event="session")
