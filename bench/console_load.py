@@ -93,13 +93,20 @@ def console_round(browser: Any, url: str, session_id: str, *, record: dict[str, 
     page.goto(f"{url}/#/s/{session_id}")
     page.wait_for_selector("html[data-transcript=shown]", timeout=60_000)
     shown = page.evaluate(f"performance.getEntriesByName('{SHOWN}')[0].startTime")
-    if full:
-        t0 = time.perf_counter()
-        earlier = page.get_by_role("button", name="Load earlier")
-        while earlier.count() and earlier.is_visible():
-            earlier.click()
-            page.wait_for_function("!document.querySelector('[aria-busy=true]')", timeout=60_000)
-        shown += (time.perf_counter() - t0) * 1000
+    if full:  # "Load earlier" until it goes: disabled while a page loads, hidden after the last
+        shown += page.evaluate(
+            """async () => {
+                const t0 = performance.now();
+                for (;;) {
+                    const button = [...document.querySelectorAll("button")].find((b) => b.textContent.trim() === "Load earlier");
+                    if (!button || button.hidden || button.offsetParent === null) break;
+                    if (!button.disabled) button.click();
+                    await new Promise((resolve) => setTimeout(resolve, 5));
+                }
+                await new Promise((resolve) => requestAnimationFrame(() => resolve()));
+                return performance.now() - t0;
+            }"""
+        )
     context.close()
     return float(shown)
 

@@ -8,6 +8,8 @@
   (Playwright's sync API), yielding a `Served` (its URL, ACP socket, log).
 - `ARTIFACTS`: where screenshots go (`test-artifacts/console/`, not in git).
 - `Api`: the daemon's REST API through httpx, with its bearer token if any.
+- `Relay`: a TCP relay in front of the daemon whose connections the test can cut, as an
+  unlucky network would (a browser's own offline mode leaves an open stream alone).
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ import os
 import select
 import shutil
 import signal
+import struct
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +33,7 @@ import httpx
 
 from daemon_support import toml
 
-__all__ = ["ARTIFACTS", "Api", "Served", "chromium", "launch", "serve"]
+__all__ = ["ARTIFACTS", "Api", "Relay", "Served", "chromium", "launch", "serve"]
 
 TESTS = Path(__file__).resolve().parent
 ARTIFACTS = TESTS.parent / "test-artifacts" / "console"
@@ -132,7 +137,7 @@ class Api:
             assert response.status_code == 200, response.read()
             for chunk in response.iter_bytes():
                 for event in decoder.feed(chunk):
-                    if event.id is not None and event.data:
+                    if event.event not in ("caught_up", "gone"):  # (the id of an SSE event lasts past it)
                         events.append(json.loads(event.data))
         return events
 
@@ -159,3 +164,56 @@ class Api:
                             return data
                 assert time.monotonic() < deadline, f"session {session_id} never reached {statuses}"
         raise AssertionError(f"the change feed ended before session {session_id} reached {statuses}")
+
+
+class Relay:
+    """127.0.0.1:PORT → the daemon, byte for byte, one pair of threads per connection;
+    `cut()` resets every connection open now (new ones are relayed as before)."""
+
+    def __init__(self, target_url: str) -> None:
+        host, port = target_url.removeprefix("http://").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.open: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self.lock:
+            cut, self.open = self.open, set()
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                # SO_LINGER 0: a reset, not a polite close, as when a network path dies;
+                # the shutdown wakes the thread reading it (a close alone would not).
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
