@@ -237,6 +237,13 @@ async def test_chat_front_gets_the_commands_runs_one_and_is_refused(
                 assert "sequence" not in frame["data"] and frame["data"]["session_id"] == sid
                 by_name = {c["name"]: c for c in frame["data"]["commands"]}
                 assert by_name["greet"] == {"name": "greet", "description": "Greet someone", "hint": "<who>"}
+                # The REST API offers the same commands, and the sources' state without detail.
+                async with httpx.AsyncClient(base_url=daemon.url) as h:
+                    routes = (await h.get("/api/routes")).json()
+                    one = (await h.get(f"/api/sessions/{sid}")).json()
+                assert routes["prompt_sources"] == [{"name": "everything", "status": "ok"}, {"name": "team", "status": "ok"}]
+                shown = [{"hint": None, **c} for c in frame["data"]["commands"]]  # the frame leaves a null hint out
+                assert routes["routes"][0]["commands"] == one["commands"] == shown
 
                 await chat.send("chat:send", session_id=sid, message="/greet Alan")
                 end = await chat.until(lambda f: f["event"] == "chat:end")

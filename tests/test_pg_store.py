@@ -19,7 +19,7 @@ from bridge.config import Config, StoreConfig
 from bridge.core.events import StopReason, TurnEnded, decode_events
 from bridge.errors import ConfigError, InternalError, Overloaded
 from bridge.store import open_store, store_url
-from bridge.store import pg_conn
+from bridge.store import pg_conn, pg_schema, schema_ddl
 from bridge.store.pg import PgStore
 from bridge.store.pg_rows import EVENTS_CHANNEL, save_params
 from bridge.store.schema_ddl import SCHEMA_VERSION
@@ -183,6 +183,32 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.trio
+async def test_a_schema_3_database_gets_the_front_column_and_keeps_its_rows(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 3 → 4 on PostgreSQL: a database made by the release before (its tables as
+    schema 3 declared them) keeps its sessions, their `front` NULL, and gets the index."""
+    with monkeypatch.context() as m:  # a daemon of the release before makes the database
+        m.setattr(pg_schema, "current", lambda: schema_ddl.current(schema_ddl.MIGRATIONS[:3]))
+        m.setattr(pg_schema, "SCHEMA_VERSION", 3)
+        old = PgStore(pg_url)
+        await old.open()
+        await old.close()
+    assert sql(pg_url, "SELECT value FROM bridge_meta") == [("3",)]
+    sql(pg_url, "INSERT INTO sessions (session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq,"
+                " closed, turn_count, last_stop, last_cut) VALUES ('old', 'demo', '/w', 'Old', 0.5, 2.0, NULL, '{}', '{}', 0, 0, 0, NULL, 0)")  # fmt: skip
+    store = PgStore(pg_url)
+    await store.open()
+    try:
+        assert sql(pg_url, "SELECT value FROM bridge_meta") == [(str(SCHEMA_VERSION),)] == [("4",)]
+        got = await store.get_session("old")
+        assert got is not None and (got.front, got.title, got.updated_at) == (None, "Old", 2.0)
+        await store.put_session(session("new", front="mcp", updated_at=3.0))
+        assert [r.session_id for r in (await store.list_sessions(front="mcp"))[0]] == ["new"]
+        assert [r.session_id for r in (await store.list_sessions(front="unknown"))[0]] == ["old"]
+        assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = 'sessions_by_front'") == [(1,)]
+    finally:
+        await store.close()
+
+
 async def test_every_read_is_served_by_an_index(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each statement of these reads, explained with sequential scans and sorts turned
     off (PostgreSQL then falls back to them only where no index can serve): no scan of
@@ -203,6 +229,7 @@ async def test_every_read_is_served_by_an_index(pg_url: str, monkeypatch: pytest
             ("get_task", lambda: store.get_task("a")),
             ("get_session", lambda: store.get_session("s1")),
             ("list_sessions", lambda: store.list_sessions(route="r", limit=2)),
+            ("list_sessions by front", lambda: store.list_sessions(front="acp", status="running", q="fix", limit=2)),
             ("read_batches", lambda: store.read_batches("s1", after_seq=2, through_seq=9, limit=4)),
             ("list_turns", lambda: store.list_turns("s1", after_seq=0, before_seq=9, limit=2, newest_first=True)),
             ("turn_at_stream_seq", lambda: store.turn_at_stream_seq("s1", 5)),
@@ -231,6 +258,7 @@ async def test_every_read_is_served_by_an_index(pg_url: str, monkeypatch: pytest
         assert "tasks_by_context" in by_index["list_tasks by context"]
         assert "turns_by_session" in by_index["list_turns"] and "turns_by_stream" in by_index["turn_at_stream_seq"]
         assert "sessions_by_update" in by_index["prunable"] and "turns_open" in by_index["prunable"]
+        assert "sessions_by_route" in by_index["list_sessions"] and "sessions_by_front" in by_index["list_sessions by front"]
     finally:
         await store.close()
 

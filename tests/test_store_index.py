@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from bridge.errors import InvalidParams
 from bridge.store import Store, TaskRecord
+from bridge.store.listing import STATUSES
 from bridge.store.sqlite import DB_FILENAME, SqliteStore
 from tests.store_support import STORE_KINDS, batch, opened, session, task, turn
 
@@ -238,6 +240,75 @@ async def test_delete_session_takes_its_tasks_and_states(store: Store) -> None:
     assert [t.task_id for t in (await store.list_tasks(route="r")).tasks] == ["c", "d", "e", "f"]
 
 
+# -- sessions by front, status and title ------------------------------------------------------
+
+# (session, route, front, title, turn_count, last_stop, last_cut, updated_at): one of each status.
+SESSIONS = [
+    ("new", "r", "chat", "Fix the 100% bug", 0, None, False, 9.0),
+    ("run", "r", "acp", "fix_it now", 2, None, False, 8.0),
+    ("ask", "other", "a2a", None, 1, "input_required", False, 7.0),
+    ("done", "r", "mcp", "FIX the docs", 3, "end_turn", False, 6.0),
+    ("refused", "r", "cli", "refused", 1, "refusal", False, 5.5),
+    ("bad", "other", "acp", "broken", 1, "failed", False, 5.0),
+    ("stop", "r", "chat", "stopped", 1, "cancelled", False, 4.0),
+    ("cut", "r", None, "cut short", 1, "failed", True, 3.0),
+]
+
+
+async def stored_sessions(store: Store) -> None:
+    for sid, route, front, title, turns, stop, cut, ts in SESSIONS:
+        await store.put_session(
+            session(sid, route=route, front=front, title=title, turn_count=turns, last_stop=stop, last_cut=cut, updated_at=ts)
+        )
+
+
+@pytest.mark.parametrize(
+    ("filters", "ids"),
+    [
+        ({"status": "created"}, ["new"]),
+        ({"status": "running"}, ["run"]),
+        ({"status": "waiting_for_input"}, ["ask"]),
+        ({"status": "completed"}, ["done", "refused"]),
+        ({"status": "failed"}, ["bad"]),
+        ({"status": "interrupted"}, ["stop", "cut"]),
+        ({"front": "acp"}, ["run", "bad"]),
+        ({"front": "unknown"}, ["cut"]),
+        ({"front": "acp", "route": "r"}, ["run"]),
+        ({"q": "fix"}, ["new", "run", "done"]),  # any case
+        ({"q": "100%"}, ["new"]),  # `%` and `_` are themselves, not wildcards
+        ({"q": "x_i"}, ["run"]),
+        ({"q": "%"}, ["new"]),
+        ({"q": "fix", "status": "completed", "route": "r"}, ["done"]),
+        ({"route": "other", "status": "running"}, []),
+    ],
+)  # fmt: skip
+async def test_list_sessions_filters_by_front_status_and_title(store: Store, filters: dict[str, Any], ids: list[str]) -> None:
+    await stored_sessions(store)
+    page, total = await store.list_sessions(**filters)
+    assert ([r.session_id for r in page], total) == (ids, len(ids))
+    if len(ids) > 1:  # paged like the rest: the total is of every match
+        page, total = await store.list_sessions(limit=1, offset=1, **filters)
+        assert ([r.session_id for r in page], total) == (ids[1:2], len(ids))
+
+
+async def test_count_sessions_by_status_front_and_route_and_bad_filters_are_refused(store: Store) -> None:
+    assert await store.count_sessions() == {
+        "status": dict.fromkeys(STATUSES, 0), "front": {"acp": 0, "a2a": 0, "chat": 0, "mcp": 0, "cli": 0}, "route": {},
+    }  # fmt: skip
+    await stored_sessions(store)
+    counts = await store.count_sessions()
+    assert counts == {
+        "status": {"created": 1, "running": 1, "waiting_for_input": 1, "completed": 2, "failed": 1, "interrupted": 2},
+        "front": {"acp": 2, "a2a": 1, "chat": 2, "mcp": 1, "cli": 1, "unknown": 1},
+        "route": {"other": 2, "r": 6},
+    }
+    for status in STATUSES:  # the counts and the filter agree
+        assert (await store.list_sessions(status=status, limit=0))[1] == counts["status"][status]
+    for bad, named in (({"status": "done"}, "waiting_for_input"), ({"front": "ws"}, "mcp, cli, unknown"), ({"q": "x" * 201}, "200")):
+        with pytest.raises(InvalidParams, match=named):
+            await store.list_sessions(**bad)
+
+
 # -- SQLite plans --------------------------------------------------------------------------
 
 
@@ -265,6 +336,9 @@ async def test_sqlite_reads_search_indexes_never_scan_tasks_turns_or_events(tmp_
             ("turn_at_stream_seq", lambda: store.turn_at_stream_seq("s1", 5)),
             ("prunable", lambda: store.prunable(10.0, limit=5, after=(0.5, "s9"))),
             ("prune", lambda: store.prune(["s3"], before_ts=10.0)),
+            ("list_sessions by route", lambda: store.list_sessions(route="r", limit=2)),
+            ("list_sessions by front", lambda: store.list_sessions(front="acp", limit=2, offset=1)),
+            ("list_sessions by front and status", lambda: store.list_sessions(front="acp", status="running", q="fix")),
         ]
         plans: dict[str, list[tuple[str, list[str]]]] = {}
         with sqlite3.connect(tmp_path / "state" / DB_FILENAME) as plain:
@@ -287,6 +361,11 @@ async def test_sqlite_reads_search_indexes_never_scan_tasks_turns_or_events(tmp_
         assert "tasks_by_context" in by_index["list_tasks by context"]
         assert "turns_by_session" in by_index["list_turns"] and "turns_by_stream" in by_index["turn_at_stream_seq"]
         assert "sessions_by_update" in by_index["prunable"] and "turns_open" in by_index["prunable"]
+        assert "sessions_by_route" in by_index["list_sessions by route"]
+        assert "sessions_by_front" in by_index["list_sessions by front"]
+        assert "sessions_by_front" in by_index["list_sessions by front and status"]
+        for name in ("list_sessions by route", "list_sessions by front"):  # the page in the index's order
+            assert not [s for _, steps in plans[name] for s in steps if "TEMP B-TREE" in s], plans[name]
     finally:
         await store.close()
 

@@ -218,10 +218,7 @@ class SessionManager(Owners, Lifecycle):
             self._backs[route_name] = back
         return back
 
-    async def create(
-        self, route_name: str, *, front: str | None = None, cwd: str = "", meta: dict[str, Any] | None = None,
-        lazy: bool = False,
-    ) -> Session:  # fmt: skip
+    async def create(self, route_name: str, *, front: str | None = None, cwd: str = "", meta: dict[str, Any] | None = None, lazy: bool = False) -> Session:  # fmt: skip
         """A new live session, opened by `front` (its subscribers' `protocol`, or "cli").
         `lazy`: for a caller that starts a turn in it at once (A2A); its record is then
         stored with that turn's first flush, not before."""
