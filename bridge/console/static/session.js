@@ -58,7 +58,7 @@ export async function sessionView(id, { signal }) {
       prompt.setRunning(open);
       if (open) setStatus("running");
       else setStatus(ENDED_STATUS[event.stop_reason] || "completed");
-      if (!open && caughtUp) refreshInfo();
+      if (caughtUp) refreshInfo(); // a first prompt titles the session
     },
     asking(open) {
       setStatus(open ? "waiting_for_input" : "running");
