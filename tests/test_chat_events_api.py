@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+from types import SimpleNamespace
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ import trio
 from daemon_support import base_config, demo_route, start_daemon
 
 from bridge.codecs.sse import SSEDecoder, SSEEvent
+from bridge.fronts.chat.feed import ChangeFeed, _Pending
+from test_session import prompt, running
 
 TOKEN = "ev3nts-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -227,3 +230,146 @@ async def test_events_replay_then_live_without_gap_or_repeat(bridge_exe: list[st
 async def _events(s: Sse) -> AsyncIterator[SSEEvent]:
     while (ev := await s.next()) is not None:
         yield ev
+
+
+class Feed:
+    """The change feed read in the background: every event kept, waiters woken."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._changed = trio.Event()
+
+    async def run(self, api: Api, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with api.sse("/api/changes") as s:
+            task_status.started()
+            async for ev in _events(s):
+                self.events.append((ev.event, data(ev)))
+                self._changed.set()
+                self._changed = trio.Event()
+
+    async def until(self, pred: Callable[[str, dict[str, Any]], bool]) -> dict[str, Any]:
+        while True:
+            for kind, body in self.events:
+                if pred(kind, body):
+                    return body
+            await self._changed.wait()
+
+    def status(self, sid: str, status: str) -> Callable[[str, dict[str, Any]], bool]:
+        return lambda kind, body: kind == "session" and body["session_id"] == sid and body["status"] == status
+
+
+async def test_commands_questions_and_the_change_feed(bridge_exe: list[str], tmp_path: Path, env: dict[str, str]) -> None:
+    with trio.fail_after(60):
+        async with start_daemon(bridge_exe, tmp_path, env, config(tmp_path)) as d, trio.open_nursery() as nursery:
+            api = Api(d.url)
+            r = await api.http.get("/api/changes?x=1")
+            assert r.status_code == 400 and "'x'" in r.json()["detail"]
+            feed = Feed()
+            await nursery.start(feed.run, api)
+            sid = await api.session()
+            await feed.until(feed.status(sid, "created"))
+            async with api.sse(f"/api/sessions/{sid}/events") as s:
+                await s.until(lambda e: e.event == "caught_up")
+                # Bad bodies and unknown questions are refused; nothing starts.
+                r = await api.post(sid, "prompt", {"text": "hi", "mood": "happy"})
+                assert r.status_code == 400 and "mood" in r.json()["detail"], r.text
+                r = await api.post(sid, "prompt", {})
+                assert r.status_code == 400 and "text or content" in r.json()["detail"]
+                r = await api.post(sid, "answer", {"question_id": "nope", "selected": ["allow"]})
+                assert r.status_code == 404, r.text
+                # A permission question answered by option id, then a multi-select with text.
+                r = await api.post(sid, "prompt", {"content": [{"type": "text", "text": "ask: choose: notes"}]})
+                assert r.status_code == 202, r.text
+                asked = data((await s.until(lambda e: e.event == "question_asked"))[-1])["question"]
+                assert asked["kind"] == "permission" and [o["kind"] for o in asked["options"]][0] == "allow_once"
+                await feed.until(feed.status(sid, "waiting_for_input"))
+                r = await api.post(sid, "answer", {"question_id": asked["id"], "selected": ["allow", "reject"]})
+                assert r.status_code == 400 and "one option" in r.json()["detail"]
+                r = await api.post(sid, "answer", {"question_id": asked["id"], "selected": ["allow"], "extra": 1})
+                assert r.status_code == 400 and "extra" in r.json()["detail"]
+                r = await api.post(sid, "answer", {"question_id": asked["id"], "selected": ["allow"]})
+                assert r.status_code == 200 and r.json() == {"answered": True}
+                got = await s.until(lambda e: e.event == "question_asked")
+                assert any(e.event == "tool_call_updated" and data(e).get("content", [{}])[0].get("type") == "diff" for e in got)
+                choice = data(got[-1])["question"]
+                assert choice["multi_select"] is True
+                r = await api.post(sid, "answer", {"question_id": choice["id"], "selected": ["red", "blue"], "text": "teal"})
+                assert r.status_code == 200, r.text
+                got = await s.until(lambda e: e.event == "turn_ended")
+                said = "".join(data(e)["content"]["text"] for e in got if e.event == "message_chunk")
+                assert "You chose: Red, Blue, teal." in said and data(got[-1])["stop_reason"] == "end_turn"
+                await feed.until(feed.status(sid, "completed"))
+                # Deleted while watched: `gone`, then the end; the feed says `deleted`.
+                assert (await api.http.delete(f"/api/sessions/{sid}")).status_code == 200
+                rest = [e async for e in _events(s)]
+                assert [e.event for e in rest] == ["gone"]
+            await feed.until(lambda kind, body: kind == "deleted" and body == {"session_id": sid})
+            r = await api.post(sid, "cancel")
+            assert r.status_code == 404
+            nursery.cancel_scope.cancel()
+
+
+# -- in process ---------------------------------------------------------------------------
+
+
+class Count:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def changed(self, session_id: str) -> None:
+        self.calls.append(("changed", session_id))
+
+    def deleted(self, session_id: str) -> None:
+        self.calls.append(("deleted", session_id))
+
+
+async def test_sessions_tell_of_status_changes_only_never_per_event(autojump_clock: Any) -> None:
+    async with running() as manager:
+        count = Count()
+        unlisten = manager.changes.listen(count)
+        session = await manager.create("demo")
+        turn = session.start_turn(prompt("bench:2000"))
+        await turn.wait()
+        assert session.last_seq > 2000
+        # Created, the turn started, the turn ended: three calls for 2002 events.
+        assert count.calls == [("changed", session.id)] * 3
+        unlisten()
+        await session.close()
+        assert len(count.calls) == 3 and len(manager.changes) == 0
+
+
+async def test_the_feed_coalesces_and_resets_past_its_bound(autojump_clock: Any) -> None:
+    async with running() as manager:
+        feed = ChangeFeed(SimpleNamespace(manager=manager))  # type: ignore[arg-type]
+        frames: list[bytes] = []
+        out = SimpleNamespace(closed=False, put=frames.append)
+        pending = _Pending(2)
+        manager.changes.listen(pending)
+        decoder = SSEDecoder()
+
+        def seen() -> list[tuple[str, Any]]:
+            return [(e.event, json.loads(e.data)) for e in decoder.feed(b"".join(frames))]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed._run, pending, out)
+            a = await manager.create("demo")
+            await trio.sleep(0.01)  # the feed sent `a` and waits COALESCE_S before the next batch
+            got = seen()
+            assert [(k, v["session_id"], v["status"]) for k, v in got] == [("session", a.id, "created")]
+            frames.clear()
+            b = await manager.create("demo")
+            b.start_turn(prompt("bench:10"))  # b twice, within one batch: sent once
+            await trio.sleep(0.3)
+            got = seen()
+            assert [(k, v["session_id"]) for k, v in got] == [("session", b.id)]
+            frames.clear()
+            for _ in range(3):  # three sessions at once for a bound of two: `reset`
+                await manager.create("demo")
+            manager.changes.deleted(a.id)  # heard after the reset: the refetch covers it
+            await trio.sleep(0.3)
+            assert seen() == [("reset", {})]
+            frames.clear()
+            manager.changes.deleted(a.id)
+            await trio.sleep(0.3)
+            assert seen() == [("deleted", {"session_id": a.id})]
+            nursery.cancel_scope.cancel()
