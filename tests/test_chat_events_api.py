@@ -373,3 +373,53 @@ async def test_the_feed_coalesces_and_resets_past_its_bound(autojump_clock: Any)
             await trio.sleep(0.3)
             assert seen() == [("deleted", {"session_id": a.id})]
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("used_on_owner", [True, False], ids=["followed", "moved-here"])
+async def test_a_session_run_by_another_instance_streams_here_and_tells_the_feed_here(used_on_owner: bool) -> None:
+    """Followed: its turn runs on its owner, this instance follows the store. Moved: the
+    prompt from here moves the idle session here (bridge/session/owners.py) and the
+    stream goes on from its new home without ending."""
+    from bridge.fronts.chat.events_api import CanonicalApi
+    from bridge.session.remote import RemoteSession
+    from test_session import Recorder, make_config
+    from test_session_cluster import two_instances
+
+    with trio.fail_after(20):
+        async with two_instances() as (_, a, b):
+            on_a = await a.create("demo", cwd="/w")
+            if used_on_owner:
+                on_a.subscribe(Recorder())  # a client there: the session stays on a
+            heard = Count()
+            b.changes.listen(heard)
+            on_b = await b.get(on_a.id)
+            canonical = CanonicalApi(make_config(), b, api=None)  # type: ignore[arg-type]
+            decoder = SSEDecoder()
+            got: list[SSEEvent] = []
+            arrived = trio.Event()
+
+            async def send(message: dict[str, Any]) -> None:
+                nonlocal arrived
+                got.extend(decoder.feed(message.get("body", b"")))
+                arrived.set()
+                arrived = trio.Event()
+
+            async def until(pred: Callable[[SSEEvent], bool]) -> None:
+                while not any(pred(e) for e in got):
+                    await arrived.wait()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(canonical.serve_events, (on_b, 0, None), send, trio.sleep_forever, [])
+                await until(lambda e: e.event == "caught_up")
+                turn = await on_b.begin_turn(prompt("ask: x"))
+                await until(lambda e: e.event == "question_asked")
+                question = json.loads(next(e for e in got if e.event == "question_asked").data)["question"]
+                await on_b.send_answer(question["id"], selected=["allow"])
+                await until(lambda e: e.event == "turn_ended")
+                nursery.cancel_scope.cancel()
+            assert (await turn.wait()).stop_reason.value == "end_turn"
+            assert isinstance(on_b, RemoteSession) and (on_b.moved_to is None) == used_on_owner
+            stored = await b.read_events(on_a.id)
+            assert [int(e.id) for e in got if e.id and e.event != "caught_up"] == [e.seq for e in stored]
+            # Told here as it followed: started, asked, answered, ended.
+            assert heard.calls.count(("changed", on_a.id)) >= 4
