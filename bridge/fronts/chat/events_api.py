@@ -278,7 +278,7 @@ class CanonicalApi:
                 follower.release(after)  # no await since the last read: no event slips between
 
         try:
-            await self.serve_out(out, send, receive, cors, prologue=replay, also=(session.wait_closed,))
+            await self.serve_out(out, send, receive, cors, prologue=replay, also=(lambda: _closed(session),))
         finally:
             out.close()
 
@@ -303,6 +303,16 @@ class CanonicalApi:
         await read_body(receive, self.max_body)
         session = await self.manager.get(params["session_id"])
         return 200, {"cancelled": await session.send_cancel()}, []
+
+
+async def _closed(session: Any) -> None:
+    """Until the session closes; one another instance ran that moved (here or elsewhere)
+    handed its subscribers on to its new home (bridge/session/remote.py): wait on that."""
+    while True:
+        await session.wait_closed()
+        session = getattr(session, "moved_to", None)
+        if session is None:
+            return
 
 
 async def _close_when(wait: Any, out: SseOut) -> None:
