@@ -18,7 +18,7 @@ from bridge import __version__
 from bridge.errors import ConfigError
 from bridge.store_cli import store_commands
 
-__all__ = ["console_url", "main"]
+__all__ = ["main"]
 
 EX_OK = 0
 EX_TURN_FAILED = 1
@@ -242,6 +242,8 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
                 return exc.status
             # One line on stdout, for whoever started us with port 0.
             click.echo(f"listening {' '.join(bound)}")
+            from bridge.fronts.console import console_url
+
             console = console_url(bound)
             if console is not None:
                 click.echo(f"console: {console}")
@@ -250,17 +252,6 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
         return status
 
     sys.exit(trio.run(main_task))
-
-
-def console_url(bound: list[str]) -> str | None:
-    """Where a browser on this machine opens the web console: the first HTTP listener,
-    a wildcard address named by its loopback (the Host a loopback listener accepts)."""
-    url = next((b for b in bound if b.startswith("http://")), None)
-    if url is None:
-        return None
-    host, _, port = url.removeprefix("http://").rpartition(":")
-    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-    return f"http://{host}:{port}/"
 
 
 @main.command()

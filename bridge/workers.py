@@ -47,6 +47,7 @@ from typing import Any
 
 import trio
 
+from bridge.fronts.console import console_url
 from bridge.systemd import Notifier
 
 __all__ = [
@@ -385,7 +386,9 @@ async def supervise(config: Any, command: Sequence[str], count: int, **policy: A
 
     async def announce() -> None:
         await supervisor.all_ready.wait()
-        print(f"listening {' '.join(listener.shown for listener in listeners)}", flush=True)
+        shown = [listener.shown for listener in listeners]
+        console = console_url(shown)
+        print(f"listening {' '.join(shown)}" + (f"\nconsole: {console}" if console else ""), flush=True)
 
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

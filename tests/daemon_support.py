@@ -173,6 +173,7 @@ class Daemon:
         self.acp_socket = acp_socket
         self.log = log
         self.config = config
+        self.stdout_tail = b""  # what came on stdout after the `listening` line, with it
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -240,7 +241,9 @@ async def start_daemon(
         assert words[0] == "listening", words
         url = next(w for w in words if w.startswith("http://"))
         unix = next((w.removeprefix("unix:") for w in words if w.startswith("unix:")), None)
-        yield Daemon(proc, url, unix, log, path)
+        daemon = Daemon(proc, url, unix, log, path)
+        daemon.stdout_tail = buf.split(b"\n", 1)[1]
+        yield daemon
     finally:
         with trio.CancelScope(shield=True):
             if proc.returncode is None:

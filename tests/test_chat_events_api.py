@@ -225,6 +225,12 @@ async def test_events_replay_then_live_without_gap_or_repeat(bridge_exe: list[st
                 page = [e async for e in _events(s)]
             assert [int(e.id) for e in page[:-1]] == list(range(start - 10, start))
             assert data(page[-1]) == {"last_seq": start - 1, "first_seq": start - 10, "earlier": True}
+            # tail_turns with through: the turn before the newest, whole (older turns a page at a time).
+            async with api.sse(f"/api/sessions/{sid}/events?tail_turns=1&through={start - 1}") as s:
+                older = [e async for e in _events(s)]
+            assert data(older[0])["event"] == "turn_started" and data(older[0])["turn_id"] != last_turn
+            assert data(older[-2])["event"] == "turn_ended" and int(older[-2].id) == start - 1
+            assert data(older[-1]) == {"last_seq": start - 1, "first_seq": int(older[0].id), "earlier": True}
 
 
 async def _events(s: Sse) -> AsyncIterator[SSEEvent]:

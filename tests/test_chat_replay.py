@@ -443,7 +443,7 @@ async def _call(handler: Any, query: bytes = b"", **params: str) -> tuple[int, A
 
 
 def _api(manager: SessionManager, streams: ChatStreams) -> Any:
-    return rest._Api(CONFIG, manager, streams, Access(WS, CONFIG.server))
+    return rest.RestApi(CONFIG, manager, streams, Access(WS, CONFIG.server))
 
 
 async def test_listing_sessions_reads_no_turn_and_keeps_the_status_words() -> None:

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from bridge.cli import console_url
 from bridge.fronts import console
 from bridge.fronts.http import HttpApp
 
@@ -136,8 +135,8 @@ def test_the_table_holds_regular_files_only_and_no_hidden_or_nested_ones(tmp_pat
 
 
 def test_the_console_url_that_serve_prints() -> None:
-    assert console_url(["http://127.0.0.1:8765", "unix:/run/acp.sock"]) == "http://127.0.0.1:8765/"
-    assert console_url(["http://0.0.0.0:9000"]) == "http://127.0.0.1:9000/"
-    assert console_url(["http://[::]:9000"]) == "http://[::1]:9000/"
-    assert console_url(["http://[::1]:9000"]) == "http://[::1]:9000/"
-    assert console_url(["unix:/run/acp.sock"]) is None
+    assert console.console_url(["http://127.0.0.1:8765", "unix:/run/acp.sock"]) == "http://127.0.0.1:8765/"
+    assert console.console_url(["http://0.0.0.0:9000"]) == "http://127.0.0.1:9000/"
+    assert console.console_url(["http://[::]:9000"]) == "http://[::1]:9000/"
+    assert console.console_url(["http://[::1]:9000"]) == "http://[::1]:9000/"
+    assert console.console_url(["unix:/run/acp.sock"]) is None

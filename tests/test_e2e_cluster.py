@@ -216,6 +216,8 @@ async def test_serve_workers_2_shares_one_listener_and_one_service(
         async with start_daemon(bridge_exe, tmp_path / "w", clean_env, config, name="w", args=("--workers", "2")) as d:
             workers = {json.loads((await d.get("/healthz"))[1])["worker"] for _ in range(60)}
             assert workers == {1, 2}, workers  # both answer on the one port
+            # Its stdout says where the console is, in the same write as the `listening` line.
+            assert d.stdout_tail.startswith(f"console: {d.url}/\n".encode()), d.stdout_tail
             children = descendants(d.proc.pid)
             assert len(children) >= 2
             # The thread that started the workers ends once idle (trio's worker threads do):

@@ -234,6 +234,25 @@ def _reload_and_drop(console: Console, relay: Relay, api: Api) -> None:
     assert log.get_attribute("data-last-seq") == str(events[-1]["seq"])
 
 
+def test_a_long_session_shows_its_newest_turns_first(console: Console, api: Api) -> None:
+    """45 turns: the page shows the newest 20, then 20 more and the last 5 with "Load
+    earlier", in order, and no button once there is nothing earlier."""
+    session_id = api.json("POST", "/api/sessions", {"route": "demo"})["session_id"]
+    for i in range(45):
+        api.json("POST", f"/api/sessions/{session_id}/prompt", {"text": f"turn {i}"})
+        api.wait_status(session_id, {"completed"})
+    console.open(f"#/s/{session_id}")
+    turns = console.transcript.locator("section.turn")
+    earlier = console.page.get_by_role("button", name="Load earlier")
+    expect(turns).to_have_count(20)
+    for shown in (40, 45):
+        earlier.click()
+        expect(turns).to_have_count(shown)
+    expect(earlier).to_be_hidden()
+    prompts = turns.locator(".prompt").all_inner_texts()
+    assert [p.strip() for p in prompts] == [f"turn {i}" for i in range(45)]
+
+
 def test_an_acp_session_appears_and_streams_live(console: Console, daemon: Served, tmp_path: Path) -> None:
     """An editor (the official ACP SDK client, through `agent-bridge acp --connect`) opens a
     session: it appears in the open list without a reload, its turn streams into the

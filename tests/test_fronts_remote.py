@@ -31,7 +31,7 @@ from bridge.fronts.a2a.front import A2AFront
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.config import WsFrontConfig
-from bridge.fronts.chat.rest import _Api
+from bridge.fronts.chat.rest import RestApi
 from bridge.fronts.chat.streams import ChatStreams
 from tests.test_session import Recorder
 from bridge.fronts.chat.ws import WsFront
@@ -249,7 +249,7 @@ async def test_chat_through_b_sees_and_drives_the_run_on_a() -> None:
                 # chat:stop through B ends the slow run on A.
                 await on_a.call("chat:send", session_id=sid, message="slow: x")
                 await on_b.until(lambda f: f["event"] == "chat:start")
-                api = _Api(CONFIG, b, streams_b, Access(WS, CONFIG.server))
+                api = RestApi(CONFIG, b, streams_b, Access(WS, CONFIG.server))
                 assert (await api.get({}, None, {"session_id": sid}))[1]["status"] == "running"  # REST status through B
                 await on_b.call("chat:stop", session_id=sid)
                 end = (await on_b.until(lambda f: f["event"] in ("chat:end", "system:error")))[-1]

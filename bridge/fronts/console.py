@@ -24,7 +24,7 @@ from typing import Any
 
 from bridge.fronts.http import HttpApp, Scope, header, send_json
 
-__all__ = ["CSP", "Asset", "load_assets", "register"]
+__all__ = ["CSP", "Asset", "console_url", "load_assets", "register"]
 
 STATIC = Path(__file__).resolve().parent.parent / "console" / "static"
 
@@ -120,3 +120,14 @@ def register(app: HttpApp, root: Path = STATIC) -> None:
     for method in ("GET", "HEAD"):
         app.add(method, "/", console.index)
         app.add(method, "/console/{path}", console.file)
+
+
+def console_url(bound: list[str]) -> str | None:
+    """Where a browser on this machine opens the web console: the first HTTP listener,
+    a wildcard address named by its loopback (the Host a loopback listener accepts)."""
+    url = next((b for b in bound if b.startswith("http://")), None)
+    if url is None:
+        return None
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+    return f"http://{host}:{port}/"

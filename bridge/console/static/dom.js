@@ -38,9 +38,17 @@ export function svg(tag, attrs, ...children) {
 }
 
 /** Say something to screen readers (and sighted users) in the page's polite live region. */
+let fading = null;
+
+/** Say `text` in the status line (read by screen readers); it fades after a few seconds. */
 export function announce(text) {
   const status = document.getElementById("status");
-  if (status) status.textContent = text;
+  if (!status) return;
+  status.textContent = text;
+  clearTimeout(fading);
+  fading = setTimeout(() => {
+    status.textContent = "";
+  }, 5000);
 }
 
 export function setView(name) {

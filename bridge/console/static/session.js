@@ -106,8 +106,10 @@ export async function sessionView(id, { signal }) {
 
   earlier.addEventListener("click", () => {
     earlier.disabled = true;
-    loadEarlier(base, firstSeq, answer, log, () => {
-      earlier.hidden = true;
+    loadEarlier(base, firstSeq, answer, log, (mark) => {
+      if (mark) firstSeq = mark.first_seq;
+      earlier.hidden = !mark || !mark.earlier;
+      earlier.disabled = false;
     });
   });
 
@@ -122,20 +124,24 @@ export async function sessionView(id, { signal }) {
   return { el, view: "session", cleanup: () => stream.close(), focus: () => prompt.focus() };
 }
 
-/** Every event before `firstSeq` (a finite stream), rendered apart and put before the tail. */
+/** The `TAIL_TURNS` turns before `firstSeq` (a finite stream), rendered apart and put
+ * before what is shown; `done` gets the page's `caught_up` (where it starts, and whether
+ * there is more before it). */
 function loadEarlier(base, firstSeq, answer, log, done) {
   const holder = h("div");
   const older = new Transcript(holder, { answer });
+  let mark = null;
   announce("Loading earlier turns");
-  new Stream(`${base}/events?after=0&through=${firstSeq - 1}`, {
+  new Stream(`${base}/events?tail_turns=${TAIL_TURNS}&through=${firstSeq - 1}`, {
     onEvent(message) {
-      if (message.event !== "caught_up" && message.event !== "gone") older.push(JSON.parse(message.data));
+      if (message.event === "caught_up") mark = JSON.parse(message.data);
+      else if (message.event !== "gone") older.push(JSON.parse(message.data));
     },
     onEnd() {
       older.after(() => {
         log.prepend(...holder.childNodes);
         announce("Earlier turns loaded");
-        done();
+        done(mark);
       });
     },
   }, { finite: true });

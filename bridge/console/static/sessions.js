@@ -91,10 +91,14 @@ export async function sessionsView({ signal }) {
     if (announceIt) announce(`${total} session${total === 1 ? "" : "s"}`);
   }
 
+  // At most one reload a second however busy the feed is (a debounce would starve).
   let pending = null;
   const reloadSoon = () => {
-    clearTimeout(pending);
-    pending = setTimeout(() => load().catch(() => {}), 1000);
+    if (pending !== null) return;
+    pending = setTimeout(() => {
+      pending = null;
+      load().catch(() => {});
+    }, 1000);
   };
 
   function changed(info) {

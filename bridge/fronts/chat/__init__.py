@@ -30,8 +30,8 @@ def _register(app: HttpApp, config: Config, manager: SessionManager) -> None:
     ws = WsFront(config, manager, streams, access)
     app.websocket("/ws", ws, origins=access.origins)
     app.background(ws.run)  # closes the sockets at shutdown, after the drain
-    rest.register(app, config, manager, streams, access)
-    _register_canonical(app, config, manager, rest._Api(config, manager, streams, access))
+    api = rest.register(app, config, manager, streams, access)
+    _register_canonical(app, config, manager, api)
 
 
 def _register_canonical(app: HttpApp, config: Config, manager: SessionManager, api: Any) -> None:

@@ -38,7 +38,7 @@ from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import Event
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
 from bridge.fronts.chat.config import WsFrontConfig
-from bridge.fronts.chat.rest import _Api
+from bridge.fronts.chat.rest import RestApi
 from bridge.fronts.chat.sse_out import SseOut, Write
 from bridge.fronts.http import Scope, header, read_body
 from bridge.session import SessionManager
@@ -113,7 +113,7 @@ class Slots:
         self.open -= 1
 
 
-def sse_handler(api: _Api, slots: Slots, open_: Any, serve: Any) -> Any:
+def sse_handler(api: RestApi, slots: Slots, open_: Any, serve: Any) -> Any:
     """An SSE endpoint: `open_(scope, params)` may refuse (auth, 404, 400, 503: the same
     `{"detail"}` answers as every endpoint, through `api.endpoint`); then `serve(...)`
     writes the stream, with the CORS headers of an allowed origin."""
@@ -204,7 +204,7 @@ class _Gone:
 
 
 class CanonicalApi:
-    def __init__(self, config: Config, manager: SessionManager, api: _Api) -> None:
+    def __init__(self, config: Config, manager: SessionManager, api: RestApi) -> None:
         self.cfg = config.section(WsFrontConfig)
         self.max_body = config.server.max_body_bytes
         self.manager = manager
@@ -233,15 +233,17 @@ class CanonicalApi:
         elif "after" in q:
             start = q["after"]
         elif q.get("tail_turns"):
-            start = await self._tail_start(session, min(q["tail_turns"], _MAX_TURNS))
+            start = await self._tail_start(session, min(q["tail_turns"], _MAX_TURNS), q.get("through"))
         else:
             start = 0
         return session, start, q.get("through")
 
-    async def _tail_start(self, session: Any, k: int) -> int:
-        """Before the first event of the `k`-th newest turn (0: there are no more turns)."""
+    async def _tail_start(self, session: Any, k: int, through: int | None) -> int:
+        """Before the first event of the `k`-th newest turn (0: there are no more turns);
+        with `through`, of the turns begun by then (a page of older turns)."""
         await session.flush()  # its turns not stored yet are
-        turns = await self.manager.store.list_turns(session.id, newest_first=True, limit=k + 1)
+        before = None if through is None else through + 1
+        turns = await self.manager.store.list_turns(session.id, before_seq=before, newest_first=True, limit=k + 1)
         return turns[k - 1].first_seq - 1 if len(turns) > k else 0
 
     async def serve_events(self, opened: tuple[Any, int, int | None], send: Any, receive: Any, cors: list[tuple[str, str]]) -> None:

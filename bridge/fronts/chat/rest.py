@@ -56,7 +56,7 @@ from bridge.fronts.chat.state import ChatSessionState
 from bridge.session import SessionManager
 from bridge.store import SessionRecord
 
-__all__ = ["register"]
+__all__ = ["RestApi", "register"]
 
 log = logging.getLogger("bridge.fronts.chat.rest")
 
@@ -117,7 +117,7 @@ def _before(query: dict[str, list[str]]) -> int | None:
     return value
 
 
-class _Api:
+class RestApi:
     def __init__(self, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
         self.config = config
         self.manager = manager
@@ -256,8 +256,8 @@ class _Api:
         return record
 
 
-def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> None:
-    api = _Api(config, manager, streams, access)
+def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> RestApi:
+    api = RestApi(config, manager, streams, access)
     own = access.origins  # [ws] allowed_origins, beside the listener's policy
     app.add("POST", "/api/sessions", api.endpoint(api.create), origins=own)
     app.add("GET", "/api/sessions", api.endpoint(api.index), origins=own)
@@ -267,3 +267,4 @@ def register(app: HttpApp, config: Config, manager: SessionManager, streams: Cha
     app.add("GET", "/api/routes", api.endpoint(RoutesApi(manager, api.views, app.readiness).index), origins=own)
     for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages", "/api/routes"):
         app.add("OPTIONS", path, api.preflight, origins=own)
+    return api
