@@ -16,6 +16,7 @@ import click
 
 from bridge import __version__
 from bridge.errors import ConfigError
+from bridge.config_cli import check_config_command, config_commands
 from bridge.store_cli import store_commands
 
 __all__ = ["main"]
@@ -37,14 +38,16 @@ def _setup_logging(level: str, fmt: str | None = None) -> None:
     setup(level, fmt or "text")
 
 
-def _load(config_path: str | None) -> Any:
+def _load(config_path: str | None, *, listen: str | None = None) -> Any:
     from bridge.config import load_config
+    from bridge.config_check import describe
 
+    path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     try:
-        return load_config(config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None)
+        return load_config(path, listen=listen)
     except ConfigError as exc:
         for problem in exc.problems:
-            click.echo(f"config error: {problem}", err=True)
+            click.echo(f"config error: {describe(problem, path)}", err=True)
         sys.exit(EX_CONFIG)
 
 
@@ -81,7 +84,21 @@ log_format_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """Lists each command with its whole first sentence (wrapped), never cut to "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agent-bridge")
 def main() -> None:
     """Connect agent clients and agent backends across ACP, A2A, MCP and chat streams."""
@@ -392,18 +409,5 @@ class _CtrlC:
 
 
 main.add_command(store_commands([config_option, state_option], _load, _state_dir))
-
-
-@main.command("check-config")
-@click.argument("file", type=click.Path(dir_okay=False))
-def check_config(file: str) -> None:
-    """Validate FILE; print every problem with its $.path and exit 78 if any."""
-    from bridge.config import load_config
-
-    try:
-        config = load_config(file)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(f"{file}: {problem}", err=True)
-        sys.exit(EX_CONFIG)
-    click.echo(f"{file}: ok, routes: {', '.join(sorted(config.routes))}")
+main.add_command(check_config_command(config_option))
+main.add_command(config_commands(config_option))
