@@ -209,11 +209,21 @@ def mcp(config_path: str | None, state_dir: str | None, log_level: str | None, l
     show_default=True,
     help="Worker processes sharing the listeners, so one machine uses all its cores (needs a PostgreSQL [store] url).",
 )
-def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int) -> None:
-    """Run the daemon: every HTTP front on the configured listener, ACP on a unix socket.
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="The HTTP listener, over $AGENT_BRIDGE_LISTEN, $AGENT_BRIDGE__SERVER__LISTEN and [server] listen (port 0: any free port).",
+)
+def serve(
+    config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int, listen: str | None
+) -> None:
+    """Run the daemon: every HTTP front on one listener, ACP on a unix socket.
 
-    Under systemd: Type=notify, watchdog, socket activation; SIGHUP reloads the
-    config, SIGTERM stops gracefully (see systemd/ and README.md).
+    The listener is --listen, else $AGENT_BRIDGE_LISTEN, else [server] listen; any
+    config key can be set from the environment (AGENT_BRIDGE__TABLE__KEY=value, see
+    README.md, "Configuration"). Under systemd: Type=notify, watchdog, socket
+    activation; SIGHUP reloads the config, SIGTERM stops gracefully (see systemd/).
     """
     import trio
 
@@ -223,7 +233,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     from bridge.workers import watch_supervisor, worker_index
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
-    config = _load(path)
+    config = _load(path, listen=listen)
     _setup_logging(log_level or config.log_level, log_format)
     if workers > 1:
         if not config.store.postgres:
@@ -235,7 +245,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
             sys.exit(EX_CONFIG)
         from bridge.workers import run_workers
 
-        options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format}
+        options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format, "--listen": listen}
         sys.exit(run_workers(config, options, workers))
     index = worker_index()
     if index is not None:
@@ -271,30 +281,39 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     sys.exit(trio.run(main_task))
 
 
-@main.command()
+@main.command(short_help="Check the config, every back, prompt source, token, CA file and directory once; say what works.")
 @config_option
+@state_option
 @log_option
 @log_format_option
-def doctor(config_path: str | None, log_level: str | None, log_format: str | None) -> None:
+def doctor(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
     """Validate the config, try each route's back, each MCP prompt source and a PostgreSQL
-    store once; print what works and why not.
+    store once, and check what the config names on this machine: tokens (token_env set,
+    token_file readable), CA files, the ACP socket's directory and the state directory.
+    One line per check, with a hint for each failure.
 
     Exits 0 when everything checked works, 1 when something does not, 78 on a config error.
     """
     import trio
 
     from bridge.doctor import check, render_table
+    from bridge.doctor_setup import setup_checks
     from bridge.reload import import_credentials
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     config = _load(path)
     _setup_logging(log_level or "error", log_format)
+    n_routes = len(config.routes)
     n_sources = len(config.prompt_sources) + sum(len(r.prompt_sources) for r in config.routes.values())
-    click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes, {n_sources} prompt sources")
+    click.echo(
+        f"config {path or '(built-in demo)'}: ok, {n_routes} route{'' if n_routes == 1 else 's'}, "
+        f"{n_sources} prompt source{'' if n_sources == 1 else 's'}"
+    )
     import_credentials(config)
     routes, sources, store = trio.run(check, config)
-    click.echo(render_table(routes, sources, store))
-    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources + store) else EX_OK)
+    setup = setup_checks(config, _state_dir(config, state_dir))
+    click.echo(render_table(routes, sources, store, setup))
+    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources + store + setup) else EX_OK)
 
 
 @main.command()
