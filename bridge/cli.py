@@ -16,7 +16,7 @@ import click
 
 from bridge import __version__
 from bridge.errors import ConfigError
-from bridge.config_cli import check_config_command, config_commands
+from bridge.config_cli import FullHelpGroup, check_config_command, config_commands
 from bridge.store_cli import store_commands
 
 __all__ = ["main"]
@@ -84,21 +84,7 @@ log_format_option = click.option(
 )
 
 
-class _Commands(click.Group):
-    """Lists each command with its whole first sentence (wrapped), never cut to "..."."""
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit=1000)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agent-bridge")
 def main() -> None:
     """Connect agent clients and agent backends across ACP, A2A, MCP and chat streams."""

@@ -29,10 +29,25 @@ import click
 
 from bridge.errors import ConfigError, ConfigProblem
 
-__all__ = ["EX_CONFIG", "EX_USAGE", "check_config_command", "config_commands"]
+__all__ = ["EX_CONFIG", "EX_USAGE", "FullHelpGroup", "check_config_command", "config_commands"]
 
 EX_USAGE = 64
 EX_CONFIG = 78
+
+
+class FullHelpGroup(click.Group):
+    """A group whose --help lists each command with its whole first sentence (wrapped),
+    never cut to "..." as click does past the terminal's width."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def _as_json(problem: str, file: str | None) -> dict[str, Any]:
@@ -91,7 +106,7 @@ def check_config_command(config_option: Callable[[Any], Any]) -> click.Command:
 def config_commands(config_option: Callable[[Any], Any]) -> click.Group:
     """The `config` group: `config schema`."""
 
-    @click.group("config", short_help="The config file's JSON Schema, for editors (config schema).")
+    @click.group("config", cls=FullHelpGroup, short_help="The config file's JSON Schema, for editors (config schema).")
     def config() -> None:
         """About the config file itself."""
 

@@ -2,8 +2,8 @@
 
 Every module of `bridge/` belongs to one layer: the package it sits in under `bridge/`
 (`bridge.fronts.a2a.tasks` is in `fronts`), except that every module named `config`
-(and `bridge.config_*`, its helpers) is in the `config` layer, `bridge.config_cli` is
-in `cli`, and `bridge.registry` is its own layer. `ALLOWED` below is
+(and `bridge.config_*`, its helpers, but for `config_cli`, an app module as `store_cli`
+is) is in the `config` layer, and `bridge.registry` is its own layer. `ALLOWED` below is
 the whole graph; this file checks, on the source (so imports inside functions and
 under `if TYPE_CHECKING:` count as much as the ones at the top):
 
@@ -71,7 +71,7 @@ SANS_IO = ("core", "schema", "codecs")
 
 # The app modules at the top of `bridge/`: they wire the layers below together.
 APP_MODULES = frozenset(
-    {"daemon", "service", "doctor", "doctor_setup", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
+    {"daemon", "service", "doctor", "doctor_setup", "config_cli", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
 )
 # bridge/config.py's helpers: the walk for every problem, the line scanner, the
 # environment overrides, the JSON Schema.
@@ -162,8 +162,6 @@ def layer_of(module: str) -> str | None:
         return "main"
     if head in {"cli", "errors", "logs"}:
         return head
-    if head == "config_cli":
-        return "cli"
     return None
 
 
