@@ -182,7 +182,7 @@ def _union(value: Any, typ: Any, path: str, out: list[ConfigProblem], *, depth: 
         by_tag = {s.__struct_config__.tag: s for s in tagged}
         if tag_field not in value:
             out.append(ConfigProblem(path, f"Object missing required field `{tag_field}`", hint=choices_hint(None, by_tag)))
-        elif value[tag_field] not in by_tag:
+        elif not isinstance(value[tag_field], (str, int)) or value[tag_field] not in by_tag:  # (a list is unhashable)
             tag = value[tag_field]
             out.append(ConfigProblem(f"{path}.{tag_field}", f"Invalid value {tag!r}", hint=choices_hint(tag, by_tag)))
         else:

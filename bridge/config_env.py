@@ -44,9 +44,11 @@ class Override(NamedTuple):
 def _value(text: str) -> Any:
     """A TOML value when `text` is one, else `text` itself (a string)."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        doc = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
         return text
+    # "1\nother = 2" parses, as two keys: that is not one value, so it is a string.
+    return doc["v"] if len(doc) == 1 else text
 
 
 def overrides_from(environ: Mapping[str, str], *, listen: str | None = None) -> tuple[list[Override], list[ConfigProblem]]:

@@ -206,3 +206,40 @@ def test_help_lists_every_command_without_cutting_it_short(clean_env: dict[str, 
     serve = run("serve", "--help", env=clean_env).stdout
     assert "--listen HOST:PORT" in serve and "AGENT_BRIDGE_LISTEN" in serve
     assert "--state-dir" in run("doctor", "--help", env=clean_env).stdout
+
+
+# -- the walk agrees with msgspec ---------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from bridge import registry  # noqa: E402
+from bridge.config import DaemonConfig, Route  # noqa: E402
+from bridge.config_check import problems_in  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2), st.sampled_from(["", "x", "acp", "demo", "a2a", "/abs", "0600", "http://h"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["kind", "id", "name", "x"]), inner, max_size=3), max_leaves=8)
+
+
+def _tables(typ: Any) -> Any:
+    import msgspec
+
+    names = [f.encode_name for f in msgspec.structs.fields(typ)] if isinstance(typ, type) else ["kind", "url", "command", "card_url", "token_env"]
+    return st.dictionaries(st.sampled_from([*names, "typo_s"]), _VALUES, max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_the_walk_finds_a_problem_exactly_when_msgspec_refuses(data: Any) -> None:
+    import msgspec
+
+    typ = data.draw(st.sampled_from([Route, DaemonConfig, registry.load([]).back_union]))
+    value = data.draw(_tables(typ) | _VALUES)
+    try:
+        msgspec.convert(value, typ)
+        refused = False
+    except msgspec.ValidationError:
+        refused = True
+    found = problems_in(value, typ, "$.t")
+    assert bool(found) == refused, (value, found)
+    assert all(p.startswith("$.t") for p in found)
