@@ -137,8 +137,10 @@ def test_environment_overrides_any_key_and_parses_toml_values(tmp_path: Path) ->
             "AGENT_BRIDGE__ROUTES__EXTRA__BACK": '{ kind = "demo" }',  # a route the file lacks
             "AGENT_BRIDGE__ROUTES__DEMO__TITLE": "not [toml",  # not a TOML value: a string
             "AGENT_BRIDGE__LOG_LEVEL": "debug",
+            "AGENT_BRIDGE__ROUTES__EXTRA__TITLE": '"t"\nlog_level = "error"',  # two keys: not one value
         },
     )
+    assert config.routes["extra"].title == '"t"\nlog_level = "error"' 
     assert config.server.listen == "127.0.0.1:2" and config.routes["Demo"].cancel_grace_s == 2.5
     assert config.server.allowed_origins == ["https://a.example"] and set(config.routes) == {"Demo", "extra"}
     assert config.routes["Demo"].title == "not [toml" and config.log_level == "debug"
