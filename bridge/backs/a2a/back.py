@@ -140,7 +140,7 @@ class A2ABack:
         if resp.status_code != 200:
             phrase = f"{resp.status_code} {httpx.codes.get_reason_phrase(resp.status_code)}".strip()
             # Read there and nowhere else (A2A spec §8.2): a wrong path is the config's to fix.
-            hint = "; check the route's url (the card is read at {url}/.well-known/agent-card.json) or set card_url" if resp.status_code == 404 else ""
+            hint = "; check the route's url (its card is read at url + /.well-known/agent-card.json and nowhere else) or set card_url" if resp.status_code == 404 else ""
             raise self.http.error(f"cannot read the agent card at {where(url)}: it answered {phrase}{hint}", unavailable=resp.status_code >= 500)
         body = resp.content
         try:
