@@ -123,10 +123,12 @@ def setup_checks(config: Config, state_dir: str) -> list[Probe]:
     for where, table in _places(config):
         for env_field, file_field in (("token_env", "token_file"), ("admin_token_env", "admin_token_file")):
             env, file = getattr(table, env_field, None), getattr(table, file_field, None)
-            if isinstance(env, str) and env:
+            has_file = isinstance(file, str) and bool(file)
+            # Where both are allowed (the admin token), the file is used when the variable is unset.
+            if isinstance(env, str) and env and not (has_file and not os.environ.get(env, "").strip()):
                 rows.append(_token_env(where, env_field, env))
-            elif isinstance(file, str) and file:
-                rows.append(_token_file(where, file_field, file))
+            elif has_file:
+                rows.append(_token_file(where, file_field, str(file)))
         ca = getattr(table, "ca_file", None)
         if isinstance(ca, str) and ca:
             rows.append(_ca_file(where, ca))
