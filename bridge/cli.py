@@ -57,7 +57,10 @@ def _pick_route(config: Any, route: str | None) -> str:
         click.echo(f"name a route: {', '.join(sorted(config.routes))}", err=True)
         sys.exit(EX_USAGE)
     if name not in config.routes:
-        click.echo(f"no route named {name!r}; routes are: {', '.join(sorted(config.routes))}", err=True)
+        from bridge.config_check import did_you_mean
+
+        near = did_you_mean(name, config.routes)
+        click.echo(f"no route named {name!r}; {near + ' ' if near else ''}routes are: {', '.join(sorted(config.routes))}", err=True)
         sys.exit(EX_USAGE)
     return name
 
