@@ -16,6 +16,7 @@ import click
 
 from bridge import __version__
 from bridge.errors import ConfigError
+from bridge.config_cli import FullHelpGroup, check_config_command, config_commands
 from bridge.store_cli import store_commands
 
 __all__ = ["main"]
@@ -37,14 +38,16 @@ def _setup_logging(level: str, fmt: str | None = None) -> None:
     setup(level, fmt or "text")
 
 
-def _load(config_path: str | None) -> Any:
+def _load(config_path: str | None, *, listen: str | None = None) -> Any:
     from bridge.config import load_config
+    from bridge.config_check import describe
 
+    path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     try:
-        return load_config(config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None)
+        return load_config(path, listen=listen)
     except ConfigError as exc:
         for problem in exc.problems:
-            click.echo(f"config error: {problem}", err=True)
+            click.echo(f"config error: {describe(problem, path)}", err=True)
         sys.exit(EX_CONFIG)
 
 
@@ -54,7 +57,10 @@ def _pick_route(config: Any, route: str | None) -> str:
         click.echo(f"name a route: {', '.join(sorted(config.routes))}", err=True)
         sys.exit(EX_USAGE)
     if name not in config.routes:
-        click.echo(f"no route named {name!r}; routes are: {', '.join(sorted(config.routes))}", err=True)
+        from bridge.config_check import did_you_mean
+
+        near = did_you_mean(name, config.routes)
+        click.echo(f"no route named {name!r}; {near + ' ' if near else ''}routes are: {', '.join(sorted(config.routes))}", err=True)
         sys.exit(EX_USAGE)
     return name
 
@@ -81,7 +87,7 @@ log_format_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agent-bridge")
 def main() -> None:
     """Connect agent clients and agent backends across ACP, A2A, MCP and chat streams."""
@@ -192,11 +198,21 @@ def mcp(config_path: str | None, state_dir: str | None, log_level: str | None, l
     show_default=True,
     help="Worker processes sharing the listeners, so one machine uses all its cores (needs a PostgreSQL [store] url).",
 )
-def serve(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int) -> None:
-    """Run the daemon: every HTTP front on the configured listener, ACP on a unix socket.
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="The HTTP listener, over $AGENT_BRIDGE_LISTEN, $AGENT_BRIDGE__SERVER__LISTEN and [server] listen (port 0: any free port).",
+)
+def serve(
+    config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None, workers: int, listen: str | None
+) -> None:
+    """Run the daemon: every HTTP front on one listener, ACP on a unix socket.
 
-    Under systemd: Type=notify, watchdog, socket activation; SIGHUP reloads the
-    config, SIGTERM stops gracefully (see systemd/ and README.md).
+    The listener is --listen, else $AGENT_BRIDGE_LISTEN, else [server] listen; any
+    config key can be set from the environment (AGENT_BRIDGE__TABLE__KEY=value, see
+    README.md, "Configuration"). Under systemd: Type=notify, watchdog, socket
+    activation; SIGHUP reloads the config, SIGTERM stops gracefully (see systemd/).
     """
     import trio
 
@@ -206,7 +222,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     from bridge.workers import watch_supervisor, worker_index
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
-    config = _load(path)
+    config = _load(path, listen=listen)
     _setup_logging(log_level or config.log_level, log_format)
     if workers > 1:
         if not config.store.postgres:
@@ -218,7 +234,7 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
             sys.exit(EX_CONFIG)
         from bridge.workers import run_workers
 
-        options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format}
+        options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format, "--listen": listen}
         sys.exit(run_workers(config, options, workers))
     index = worker_index()
     if index is not None:
@@ -254,30 +270,39 @@ def serve(config_path: str | None, state_dir: str | None, log_level: str | None,
     sys.exit(trio.run(main_task))
 
 
-@main.command()
+@main.command(short_help="Check the config, every back, prompt source, token, CA file and directory once; say what works.")
 @config_option
+@state_option
 @log_option
 @log_format_option
-def doctor(config_path: str | None, log_level: str | None, log_format: str | None) -> None:
+def doctor(config_path: str | None, state_dir: str | None, log_level: str | None, log_format: str | None) -> None:
     """Validate the config, try each route's back, each MCP prompt source and a PostgreSQL
-    store once; print what works and why not.
+    store once, and check what the config names on this machine: tokens (token_env set,
+    token_file readable), CA files, the ACP socket's directory and the state directory.
+    One line per check, with a hint for each failure.
 
     Exits 0 when everything checked works, 1 when something does not, 78 on a config error.
     """
     import trio
 
     from bridge.doctor import check, render_table
+    from bridge.doctor_setup import setup_checks
     from bridge.reload import import_credentials
 
     path = config_path or os.environ.get("AGENT_BRIDGE_CONFIG") or None
     config = _load(path)
     _setup_logging(log_level or "error", log_format)
+    n_routes = len(config.routes)
     n_sources = len(config.prompt_sources) + sum(len(r.prompt_sources) for r in config.routes.values())
-    click.echo(f"config {path or '(built-in demo)'}: ok, {len(config.routes)} routes, {n_sources} prompt sources")
+    click.echo(
+        f"config {path or '(built-in demo)'}: ok, {n_routes} route{'' if n_routes == 1 else 's'}, "
+        f"{n_sources} prompt source{'' if n_sources == 1 else 's'}"
+    )
     import_credentials(config)
     routes, sources, store = trio.run(check, config)
-    click.echo(render_table(routes, sources, store))
-    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources + store) else EX_OK)
+    setup = setup_checks(config, _state_dir(config, state_dir))
+    click.echo(render_table(routes, sources, store, setup))
+    sys.exit(EX_TURN_FAILED if any(p.ok is False for p in routes + sources + store + setup) else EX_OK)
 
 
 @main.command()
@@ -392,18 +417,5 @@ class _CtrlC:
 
 
 main.add_command(store_commands([config_option, state_option], _load, _state_dir))
-
-
-@main.command("check-config")
-@click.argument("file", type=click.Path(dir_okay=False))
-def check_config(file: str) -> None:
-    """Validate FILE; print every problem with its $.path and exit 78 if any."""
-    from bridge.config import load_config
-
-    try:
-        config = load_config(file)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(f"{file}: {problem}", err=True)
-        sys.exit(EX_CONFIG)
-    click.echo(f"{file}: ok, routes: {', '.join(sorted(config.routes))}")
+main.add_command(check_config_command(config_option))
+main.add_command(config_commands(config_option))

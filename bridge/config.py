@@ -17,14 +17,15 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
 from bridge import registry
-from bridge.errors import ConfigError
+from bridge.config_check import problem_of, problems_in, with_route_hint
+from bridge.errors import ConfigError, ConfigProblem
 from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
 
 __all__ = [
@@ -312,17 +313,10 @@ _DERIVED_CONFIG_KEY = "front_sections"
 _DERIVED_ROUTE_KEY = "front_settings"
 
 
-def _problem(path: str, exc: msgspec.ValidationError) -> str:
-    msg = str(exc)
-    # msgspec says "... - at `$.a.b`"; re-root the path at the section we decoded.
-    m = re.search(r" - at `\$(.*)`$", msg)
-    if m:
-        path, msg = path + m.group(1), msg[: m.start()]
-    # An unknown key is reported at its own path (`$.routes.x.tiemout_s`), not its table's.
-    u = re.fullmatch(r"Object contains unknown field `(.*)`", msg)
-    if u:
-        return f"{path}.{u.group(1)}: unknown key"
-    return f"{path}: {msg}"
+def _problems(path: str, value: Any, typ: Any, exc: msgspec.ValidationError, hint_keys: Iterable[str] = ()) -> list[str]:
+    """Every problem of `value`, which msgspec refused as `typ` with `exc` (it stops at the
+    first): walked by bridge/config_check.py, each with its hint."""
+    return list(problems_in(value, typ, path, hint_keys=hint_keys)) or [problem_of(path, exc)]
 
 
 def _check_route(name: str, route: Route) -> list[str]:
@@ -353,23 +347,27 @@ def _decode_route(name: str, body: Any, protocols: registry.Protocols) -> tuple[
             return None, [f"{where}.{_DERIVED_ROUTE_KEY}: unknown key"]
         settings_raw = {key: body[key] for key in fronts if key in body}
         body = {k: v for k, v in body.items() if k not in settings_raw}
+    # The route, its back and each front's table are checked on their own: a problem in
+    # one must not hide those in the others.
+    problems: list[str] = []
+    route: Route | None = None
     try:
         route = msgspec.convert(body, Route)
     except msgspec.ValidationError as exc:
-        return None, [_problem(where, exc)]
-    problems: list[str] = []
+        problems += _problems(where, body, Route, exc)
     back: Any = None
-    try:
-        back = msgspec.convert(route.back, protocols.back_union)
-    except msgspec.ValidationError as exc:
-        problems.append(_problem(f"{where}.back", exc))
+    if isinstance(body, dict) and "back" in body:
+        try:
+            back = msgspec.convert(body["back"], protocols.back_union)
+        except msgspec.ValidationError as exc:
+            problems += _problems(f"{where}.back", body["back"], protocols.back_union, exc)
     settings: dict[str, Any] = {}
     for key, typ in fronts.items():
         try:
             settings[key] = msgspec.convert(settings_raw[key], typ) if key in settings_raw else typ()
         except msgspec.ValidationError as exc:
-            problems.append(_problem(f"{where}.{key}", exc))
-    if problems:
+            problems += _problems(f"{where}.{key}", settings_raw[key], typ, exc)
+    if problems or route is None:
         return None, problems
     route = msgspec.structs.replace(route, back=back, front_settings=settings)
     return route, _check_route(name, route)
@@ -383,7 +381,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
     try:
         plugins = msgspec.convert(raw.get("plugins", []), list[str])
     except msgspec.ValidationError as exc:
-        raise ConfigError([_problem("$.plugins", exc)]) from exc
+        raise ConfigError([problem_of("$.plugins", exc)]) from exc
     protocols = registry.load(plugins)
     problems: list[str] = []
     routes: dict[str, Route] = {}
@@ -402,7 +400,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
         try:
             sections[key] = msgspec.convert(raw[key], typ) if key in raw else typ()
         except msgspec.ValidationError as exc:
-            problems.append(_problem(f"$.{key}", exc))
+            problems += _problems(f"$.{key}", raw[key], typ, exc)
     rest = {k: v for k, v in raw.items() if k not in section_types and k != "routes"}
     if _DERIVED_CONFIG_KEY in rest:
         del rest[_DERIVED_CONFIG_KEY]
@@ -410,14 +408,8 @@ def parse_config(raw: dict[str, Any]) -> Config:
     top: Config | None = None
     try:
         top = msgspec.convert({**rest, "routes": {}}, Config)
-    except msgspec.ValidationError:
-        # msgspec stops at the first bad key; check each top-level key on its own so
-        # that every one of them is reported.
-        for key, value in rest.items():
-            try:
-                msgspec.convert({key: value, "routes": {}}, Config)
-            except msgspec.ValidationError as exc:
-                problems.append(_problem("$", exc))
+    except msgspec.ValidationError as exc:
+        problems += _problems("$", {**rest, "routes": {}}, Config, exc, hint_keys=section_types)
     if not raw_routes:
         problems.append("$.routes: at least one route is needed")
     default_route = raw.get("default_route")
@@ -435,7 +427,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
     if top is not None:
         problems += check_prompts(msgspec.structs.replace(top, routes=routes))
     if problems or top is None:
-        raise ConfigError(problems)
+        raise ConfigError([with_route_hint(p, raw_routes) for p in problems])
     core = {key: sections.pop(key) for key in _SECTIONS}
     config = msgspec.structs.replace(top, routes=routes, front_sections=sections, **core)
     secret_refs(config)  # a plugin's `secrets` that raises is a problem of this file, found now
@@ -483,18 +475,34 @@ def listen_address(server: ServerConfig) -> tuple[str, int]:
     return parsed
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read and validate a TOML file; None means the embedded demo configuration."""
+def load_config(
+    path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None, listen: str | None = None
+) -> Config:
+    """Read and validate a TOML file (None: the embedded demo configuration), with the
+    overrides of `environ` (default: ours) and `listen` (`serve --listen`) applied
+    (bridge/config_env.py). Each problem says its line, or the variable that set it."""
+    from bridge.config_env import apply_overrides, locate, overrides_from, toml_error_line
+
     file = Path(path) if path is not None else default_config_path()
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{file}: cannot read: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{file}: not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from exc
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{file}: not valid TOML: {exc}"]) from exc
-    return parse_config(raw)
+        raise ConfigError([ConfigProblem("", f"{file}: not valid TOML: {exc}", line=toml_error_line(exc, text))]) from exc
+    wanted, problems = overrides_from(os.environ if environ is None else environ, listen=listen)
+    applied, more = apply_overrides(raw, wanted)
+    try:
+        config = parse_config(raw)
+    except ConfigError as exc:
+        raise ConfigError(locate([*problems, *more, *exc.problems], text, applied)) from exc
+    if problems or more:
+        raise ConfigError(locate([*problems, *more], text, applied))
+    return config
 
 
 def default_config_path() -> Path:

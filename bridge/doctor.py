@@ -66,13 +66,20 @@ class Probe:
     kind: str
     ok: bool | None  # None: not checked
     detail: str
+    hint: str | None = None  # what to do about a failure
 
     @property
     def status(self) -> str:
         return "ok" if self.ok else ("not checked" if self.ok is None else "FAILED")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "status": self.status, "detail": self.detail}
+        found = {"kind": self.kind, "status": self.status, "detail": self.detail}
+        return found if self.hint is None else {**found, "hint": self.hint}
+
+    @property
+    def line(self) -> str:
+        """The detail, with the hint when it failed."""
+        return f"{self.detail}; hint: {self.hint}" if self.hint and self.ok is False else self.detail
 
 
 async def probe_back(name: str, route: Route, back: Back, *, deep: bool, timeout_s: float) -> Probe:
@@ -358,13 +365,16 @@ class Readiness:
         return rows
 
 
-def render_table(probes: list[Probe], sources: list[Probe] | None = None, store: list[Probe] | None = None) -> str:
-    """The routes' rows, then (when there are any) the prompt sources' and the store's under
-    their own headers, all in the same columns."""
-    rows = [("ROUTE", "BACK", "STATUS", "DETAIL")] + [(p.route, p.kind, p.status, p.detail) for p in probes]
-    for header, more in ((("PROMPT SOURCE", "KIND"), sources), (("STORE", "KIND"), store)):
+def render_table(
+    probes: list[Probe], sources: list[Probe] | None = None, store: list[Probe] | None = None, setup: list[Probe] | None = None
+) -> str:
+    """The routes' rows, then (when there are any) the prompt sources', the store's and the
+    setup checks' (bridge/doctor_setup.py) under their own headers, all in the same columns;
+    a failure's hint follows its detail."""
+    rows = [("ROUTE", "BACK", "STATUS", "DETAIL")] + [(p.route, p.kind, p.status, p.line) for p in probes]
+    for header, more in ((("PROMPT SOURCE", "KIND"), sources), (("STORE", "KIND"), store), (("SETUP", "CHECK"), setup)):
         if more:
             rows += [("", "", "", ""), (*header, "STATUS", "DETAIL")]
-            rows += [(p.route, p.kind, p.status, p.detail) for p in more]
+            rows += [(p.route, p.kind, p.status, p.line) for p in more]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows)

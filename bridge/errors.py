@@ -36,6 +36,7 @@ __all__ = [
     "BridgeError",
     "Busy",
     "ConfigError",
+    "ConfigProblem",
     "Codes",
     "CODES",
     "Forbidden",
@@ -131,8 +132,46 @@ class Overloaded(BridgeError):
     back's; the client may try again later."""
 
 
+class ConfigProblem(str):
+    """One problem of a configuration. It is the `$.path: message` string every caller
+    prints (so a plain `str` problem and this one mix freely), with its parts kept apart
+    for `check-config --format json`: the path, the message, a hint to fix it ("did you
+    mean ...", the allowed values) and the line in the file when known."""
+
+    path: str
+    message: str
+    hint: str | None
+    line: int | None
+
+    def __new__(cls, path: str, message: str, *, hint: str | None = None, line: int | None = None) -> ConfigProblem:
+        self = super().__new__(cls, f"{path}: {message}" if path else message)
+        self.path, self.message, self.hint, self.line = path, message, hint, line
+        return self
+
+    @classmethod
+    def of(cls, problem: str) -> ConfigProblem:
+        """`problem` as a ConfigProblem: itself, or a plain `$.path: message` string split."""
+        if isinstance(problem, ConfigProblem):
+            return problem
+        path, sep, message = problem.partition(": ")
+        if sep and path.startswith("$"):
+            return cls(path, message)
+        return cls("", problem)
+
+    def located(self, line: int | None) -> ConfigProblem:
+        return ConfigProblem(self.path, self.message, hint=self.hint, line=line)
+
+    def __reduce__(self) -> Any:  # pickled (a worker's error) with its parts
+        return (_problem, (self.path, self.message, self.hint, self.line))
+
+
+def _problem(path: str, message: str, hint: str | None, line: int | None) -> ConfigProblem:
+    return ConfigProblem(path, message, hint=hint, line=line)
+
+
 class ConfigError(BridgeError):
-    """Carries every problem found, each as `$.path: message`."""
+    """Carries every problem found, each as `$.path: message` (a `ConfigProblem` where
+    there is more to say)."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems) or "invalid configuration")

@@ -112,8 +112,10 @@ async def apply_reload(manager: SessionManager, path: str | None, *, nursery: tr
     try:
         new = await trio.to_thread.run_sync(load_config, path)
     except ConfigError as exc:
+        from bridge.config_check import describe
+
         for problem in exc.problems:
-            log.error("reload refused, configuration kept: %s", problem)
+            log.error("reload refused, configuration kept: %s", describe(problem, path))
         return False, f"reload failed ({len(exc.problems)} problem(s)); previous configuration kept"
     kept = restart_only_changes(old, new)
     if kept:

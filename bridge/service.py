@@ -31,6 +31,7 @@ EX_OSERR); a configuration error is found before this runs (78, in bridge/cli.py
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -47,7 +48,7 @@ from bridge.errors import BridgeError, ConfigError
 from bridge.session import SessionManager
 from bridge.systemd import ActivatedSocket, Notifier, listen_fds
 
-__all__ = ["EX_OSERR", "StartError", "acp_listener", "release_acp_socket", "run_service"]
+__all__ = ["EX_OSERR", "StartError", "acp_listener", "address_in_use", "release_acp_socket", "run_service"]
 
 log = logging.getLogger("bridge.daemon")
 
@@ -56,6 +57,16 @@ EX_OSERR = 71
 
 EX_SOFTWARE = 70  # sysexits.h: an internal error (a front that fails to register)
 EX_CONFIG = 78  # the store is of a newer schema than this release
+
+
+def address_in_use(address: str) -> str:
+    """What to say when the HTTP listener's address is taken (EADDRINUSE): which one, and
+    the three ways to choose another (the exit status stays EX_OSERR)."""
+    return (
+        f"cannot start: {address} is already in use (another agent-bridge, or another program, listens there); "
+        "choose another address with `agent-bridge serve --listen HOST:PORT`, AGENT_BRIDGE_LISTEN=HOST:PORT "
+        "or `listen` in the config's [server] table (port 0: any free port)"
+    )
 
 
 class StartError(Exception):
@@ -177,7 +188,8 @@ async def run_service(
     svc = _Service(config, config_path)
     import_credentials(config)
     register_secrets(config)
-    hc = hyper_config(config, _binds(config, svc.activated))
+    binds = _binds(config, svc.activated)
+    hc = hyper_config(config, binds)
     acp_sock, acp_path, lock = acp_listener(config, svc.activated)
     try:
         # Signals are ours from here to the end, cleanup included: a signal during the
@@ -194,6 +206,8 @@ async def run_service(
         if failed is not None:
             raise failed from None  # already logged where it happened
         err = None if svc.started else _leaf(exc, OSError)
+        if err is not None and err.errno == errno.EADDRINUSE:
+            raise StartError(address_in_use(" ".join(binds))) from exc
         if err is not None:
             raise StartError(f"cannot start: {err.strerror or err}") from exc
         # The store could not be opened (busy, not a database, a migration that failed

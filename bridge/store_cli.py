@@ -24,6 +24,8 @@ from typing import Any, NoReturn
 
 import click
 
+from bridge.config_cli import FullHelpGroup
+
 __all__ = ["EX_FAILED", "EX_TEMPFAIL", "parse_duration", "store_commands"]
 
 EX_FAILED = 1  # no store in the state directory, no such session, a store error
@@ -124,7 +126,7 @@ def store_commands(
             f = option(f)
         return f
 
-    @click.group("store")
+    @click.group("store", cls=FullHelpGroup)
     def store() -> None:
         """Look after the session store: counts and sizes, VACUUM, export a session, prune old ones."""
 

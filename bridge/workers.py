@@ -34,6 +34,7 @@ dies (each watches its parent). Each worker's log lines carry `worker=I`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -371,7 +372,12 @@ async def supervise(config: Any, command: Sequence[str], count: int, **policy: A
         log.error("%s", exc.message)
         return exc.status
     except OSError as exc:
-        log.error("cannot start: %s", exc.strerror or exc)
+        if exc.errno == errno.EADDRINUSE:
+            from bridge.service import address_in_use
+
+            log.error("%s", address_in_use(config.server.listen))
+        else:
+            log.error("cannot start: %s", exc.strerror or exc)
         return EX_OSERR
     routes = config.routes.values()
     # What one worker's stop may take (bridge/service.py), with room for closing sessions.

@@ -35,7 +35,7 @@ def _rows(out: str) -> dict[str, list[str]]:
     rows = {}
     for line in out.splitlines():
         parts = re.split(r"\s{2,}", line.strip(), maxsplit=3)
-        if len(parts) >= 3 and parts[0] not in ("ROUTE", "PROMPT SOURCE", "STORE") and not line.startswith("config "):
+        if len(parts) >= 3 and parts[0] not in ("ROUTE", "PROMPT SOURCE", "STORE", "SETUP") and not line.startswith("config "):
             rows[parts[0]] = [parts[1], parts[2], line]
     return rows
 
@@ -98,7 +98,7 @@ async def test_doctor_all_ok_exits_0(bridge_exe: list[str], tmp_path: Path, clea
     config = tmp_path / "ok.toml"
     config.write_text(toml({"routes": {"demo": demo_route()}}))
     code, out = await _doctor(bridge_exe, config, clean_env)
-    assert code == 0 and "ok, 1 routes, 0 prompt sources" in out and _rows(out)["demo"][1] == "ok", out
+    assert code == 0 and "ok, 1 route, 0 prompt sources" in out and _rows(out)["demo"][1] == "ok", out
     assert "PROMPT SOURCE" not in out, out  # no sources, no section for them
 
 
@@ -177,7 +177,7 @@ async def test_doctor_initializes_and_lists_each_prompt_source(
             config.write_text(toml(doc))
             code, out = await _doctor(bridge_exe, config, clean_env)
     assert code == 0, out
-    assert "ok, 1 routes, 3 prompt sources" in out, out
+    assert "ok, 1 route, 3 prompt sources" in out, out
     rows = _rows(out)
     assert rows["demo"][:2] == ["demo", "ok"], out
     for name, transport in [("everything", "stdio"), ("everything-http", "Streamable HTTP")]:

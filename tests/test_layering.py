@@ -2,7 +2,8 @@
 
 Every module of `bridge/` belongs to one layer: the package it sits in under `bridge/`
 (`bridge.fronts.a2a.tasks` is in `fronts`), except that every module named `config`
-is in the `config` layer and `bridge.registry` is its own layer. `ALLOWED` below is
+(and `bridge.config_*`, its helpers, but for `config_cli`, an app module as `store_cli`
+is) is in the `config` layer, and `bridge.registry` is its own layer. `ALLOWED` below is
 the whole graph; this file checks, on the source (so imports inside functions and
 under `if TYPE_CHECKING:` count as much as the ones at the top):
 
@@ -70,8 +71,11 @@ SANS_IO = ("core", "schema", "codecs")
 
 # The app modules at the top of `bridge/`: they wire the layers below together.
 APP_MODULES = frozenset(
-    {"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
+    {"daemon", "service", "doctor", "doctor_setup", "config_cli", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
 )
+# bridge/config.py's helpers: the walk for every problem, the line scanner, the
+# environment overrides, the JSON Schema.
+CONFIG_MODULES = frozenset({"config_check", "config_env", "config_lines", "config_schema"})
 PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts"})
 
 _BELOW_BACKS = frozenset({"prompts", "transport", "store", "codecs", "schema", "core", "config", "registry"})
@@ -143,9 +147,9 @@ def layer_of(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "bridge"
-    if parts[-1] == "config":
-        return "config"
     head = parts[1]
+    if parts[-1] == "config" or (len(parts) == 2 and head in CONFIG_MODULES):
+        return "config"
     if head == "registry":
         return "registry"
     if head in PACKAGE_LAYERS:

@@ -64,6 +64,7 @@ class A2ABack:
         self.http = AgentHttp(name, route)
         self.cache = CardCache(self.cfg.card_ttl_s)
         self.view: CardView | None = None
+        self.redirected_to: str | None = None  # where the card was read, when a redirect led there
         self._card_lock: trio.Lock | None = None
 
     @property
@@ -82,10 +83,19 @@ class A2ABack:
             log.warning("%s", exc.message)
 
     async def probe(self, *, deep: bool) -> str:
-        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py)."""
+        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py). For
+        `doctor` (deep) only a card read at the configured URL itself counts: one reached
+        through a redirect may be another agent's, and is reported as such."""
         from bridge.backs.a2a.probe import probe_card
 
-        return await probe_card(self)
+        found = await probe_card(self)
+        url = self.card_url()
+        if deep and self.redirected_to is not None:
+            raise self.http.error(
+                f"the agent card at {where(url)} redirected to {where(self.redirected_to)}; a card found "
+                "anywhere but the configured URL may be another agent's (set card_url to it if it is the one you mean)"
+            )
+        return found
 
     async def card(self) -> tuple[CardView, Wire]:
         """The agent card and the wire it chose; fetched or revalidated when stale."""
@@ -129,7 +139,9 @@ class A2ABack:
             return
         if resp.status_code != 200:
             phrase = f"{resp.status_code} {httpx.codes.get_reason_phrase(resp.status_code)}".strip()
-            raise self.http.error(f"cannot read the agent card at {where(url)}: it answered {phrase}", unavailable=resp.status_code >= 500)
+            # Read there and nowhere else (A2A spec §8.2): a wrong path is the config's to fix.
+            hint = "; check the route's url (its card is read at url + /.well-known/agent-card.json and nowhere else) or set card_url" if resp.status_code == 404 else ""
+            raise self.http.error(f"cannot read the agent card at {where(url)}: it answered {phrase}{hint}", unavailable=resp.status_code >= 500)
         body = resp.content
         try:
             view = parse_card(body, str(resp.url))
@@ -139,6 +151,7 @@ class A2ABack:
             raise self.http.error(f"cannot use the agent card at {where(url)}: {exc}") from exc
         self.http.no_subscribe = False
         self.cache.stored(url, body, resp.headers, now)
+        self.redirected_to = str(resp.url) if resp.history else None
         if self.http.wire is None or self.http.wire.iface != iface:
             self.http.wire = Wire(iface)
             log.info("route %s: A2A %s over %s at %s", self.name, iface.dialect.value, iface.binding.value, where(iface.url))

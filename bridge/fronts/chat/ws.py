@@ -101,7 +101,7 @@ class WsFront:
         if (await receive())["type"] != "websocket.connect":
             return
         if not self.manager.accepting:  # stopping: the listener itself no longer accepts
-            log.info("WebSocket refused: %s", self.manager.refusal)
+            log.info("WebSocket from %s refused: %s", _peer(scope), self.manager.refusal)
             if "websocket.http.response" in scope.get("extensions", {}):
                 await _deny(send, 503, self.manager.refusal)
             else:
@@ -110,13 +110,13 @@ class WsFront:
         try:  # Host and Origin: checked before the upgrade reaches us (bridge/fronts/http_policy.py)
             authed = self.access.check_bearer(scope)
         except PeerError as exc:
-            log.warning("WebSocket refused: %s", exc.message)
+            log.warning("WebSocket from %s refused: %s", _peer(scope), exc.message)
             if "websocket.http.response" in scope.get("extensions", {}):
                 await _deny(send, codes_for(exc).http, exc.message)
             else:
                 await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
             return
-        conn = WsConnection(self, receive, send, authed=authed)
+        conn = WsConnection(self, receive, send, authed=authed, peer=_peer(scope))
         try:
             await conn.run()
         except Exception:
@@ -134,3 +134,12 @@ async def _deny(send: Any, status: int, detail: str) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
     await send({"type": "websocket.http.response.body", "body": body})
+
+
+def _peer(scope: Scope) -> str:
+    """The client's address from the ASGI scope (`client`: [host, port]), for a log line."""
+    client = scope.get("client")
+    if not client:
+        return "an unknown peer"
+    host, port = client[0], client[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

@@ -102,11 +102,12 @@ class WsConnection:
     __slots__ = (
         "front", "cfg", "receive", "send", "authed", "_authed", "outbox", "subs", "close_code",
         "close_reason", "_flush", "sending_since", "_tokens", "_refilled", "_nursery", "sender",
-        "_writing", "_ping_due", "_heard",
+        "_writing", "_ping_due", "_heard", "peer",
     )  # fmt: skip
 
-    def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool) -> None:
+    def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool, peer: str = "an unknown peer") -> None:
         self.front = front
+        self.peer = peer  # "host:port" of the client, for our log lines (its WARNINGs name it)
         self.cfg = front.cfg
         self.receive = receive
         self.send = send
@@ -179,7 +180,7 @@ class WsConnection:
             return
         self.close_code, self.close_reason, self._flush = code, reason, flush
         if code == CLOSE_SLOW:
-            log.warning("WebSocket client disconnected: %s", reason)
+            log.warning("WebSocket client %s disconnected: %s", self.peer, reason)
         self._leave_all()
         self._kick()
 
@@ -333,7 +334,7 @@ class WsConnection:
                 if isinstance(data, bytes) and not _is_utf8(data):
                     # RFC 6455 §7.4.1: 1007, "data within a message that was not
                     # consistent with the type of the message"; the error goes first.
-                    log.warning("chat client error: a frame that is not UTF-8")
+                    log.warning("chat client error from %s: a frame that is not UTF-8", self.peer)
                     self._error(ParseError(f"the frame is not UTF-8: {exc}"))
                     self.close(1007, "the frame is not UTF-8", flush=True)
                     return
@@ -356,12 +357,12 @@ class WsConnection:
             session_id = getattr(params, "session_id", None)
             await self._dispatch(frame.event, params)
         except PeerError as exc:
-            log.warning("chat client error: %s", exc.message)
+            log.warning("chat client error from %s: %s", self.peer, exc.message)
             self._error(exc, session_id)
             if not self.authed:  # whatever the first frame was, it did not authenticate
                 self.close(4401, "unauthorized", flush=True)
         except BridgeError as exc:
-            log.warning("chat %s failed: %s", session_id, exc.message)
+            log.warning("chat %s failed (client %s): %s", session_id, self.peer, exc.message)
             self._error(exc, session_id)
         except Exception as exc:
             # One frame's boundary (STYLE.md rule 17): our bug costs this client an
