@@ -51,6 +51,8 @@ from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.remote import follow
 from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
+from bridge.core.identity import SCOPE_KEY, of_scope
+from bridge.fronts.auth import static_identity
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
 from bridge.logs import add_secret
 from bridge.schema import a2a as s
@@ -95,14 +97,20 @@ class A2AFront:
         self._tokens: dict[str, tuple[Route, str | None]] = {}
 
     def register(self, app: HttpApp) -> None:
-        app.add("GET", _CARD_PATH, self.default_card)
+        self.auth = app.auth
+        app.add("GET", _CARD_PATH, self.default_card, public=True)  # cards are public (A2A 1.0 §8.2)
         base = "/a2a/{route}"
-        app.add("GET", base + _CARD_PATH, self.card)
-        # Host, Origin and Content-Type are HttpApp's one policy; its refusals in our shapes.
-        app.add("POST", base, self.rpc, refuse=_refuse_rpc)
-        app.add("POST", base + "/", self.rpc, refuse=_refuse_rpc)
+        app.add("GET", base + _CARD_PATH, self.card, public=True)
+        # Host, Origin and Content-Type are HttpApp's one policy, and so is the issuers'
+        # authentication; its refusals in our shapes. A route's own token is checked here.
+        app.add("POST", base, self.rpc, refuse=_refuse_rpc, static=self._has_token)
+        app.add("POST", base + "/", self.rpc, refuse=_refuse_rpc, static=self._has_token)
         for method, path, op, dialect in REST_ROUTES:
-            app.add(method, base + path, self._rest_handler(op, dialect), refuse=_refuse_rest)
+            app.add(method, base + path, self._rest_handler(op, dialect), refuse=_refuse_rest, static=self._has_token)
+
+    def _has_token(self, params: dict[str, str]) -> bool:
+        route = self.manager.config.routes.get(params.get("route", ""))
+        return route is not None and route.section(A2ARouteConfig).token_required
 
     # -- checks ------------------------------------------------------------------------------
     def _route(self, name: str) -> Route:
@@ -123,7 +131,7 @@ class A2AFront:
 
     def _auth(self, name: str, route: Route, scope: Scope) -> None:
         a = route.section(A2ARouteConfig)
-        if not a.token_required:
+        if not a.token_required or of_scope(scope).via == "jwt":  # an issuer's token: checked by HttpApp
             return
         token = self._token(name, route)
         if a.api_key_header:
@@ -139,6 +147,7 @@ class A2AFront:
             raise _HttpError(401, "authentication required: send the route's token", "UNAUTHENTICATED", challenge)
         if token is None or not hmac.compare_digest(given.encode(), token.encode()):
             raise _HttpError(403, "the token is not valid for this agent", "PERMISSION_DENIED")
+        scope[SCOPE_KEY] = static_identity(f"a2a/{name}")
 
     @staticmethod
     def _content_type(scope: Scope) -> None:
@@ -204,6 +213,7 @@ class A2AFront:
             name=title, description=description, version=route.version, url=f"{self._base(scope)}/a2a/{name}", streaming=True,
             push_notifications=self.push.enabled, extended_card=a.extended_card, auth=auth, skills=skills, provider=provider,
             documentation_url=a.documentation_url, icon_url=a.icon_url,
+            issuers=tuple(i.issuer for i in self.manager.config.auth.issuers),
         )  # fmt: skip
         return publish_card(spec, legacy=legacy)
 
@@ -361,20 +371,21 @@ def _log(exc: BridgeError, scope: Scope) -> None:
         log.warning("A2A %s: %s", scope["path"], exc.message)
 
 
-async def _refuse_rpc(send: Any, status: int, detail: str) -> None:
-    """A browser-policy refusal (bridge/fronts/http_policy.py) as a JSON-RPC error."""
+async def _refuse_rpc(send: Any, status: int, detail: str, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    """A browser-policy or authentication refusal (bridge/fronts/http.py) as a JSON-RPC error."""
     if status == 415:
         await send_bytes(send, 415, wire.rpc_error(None, _WrongContentType("ContentTypeNotSupported", detail)))
         return
-    info = {"@type": s.ERROR_INFO_TYPE, "reason": "PERMISSION_DENIED", "domain": "a2a-protocol.org"}
+    reason = "UNAUTHENTICATED" if status == 401 else "PERMISSION_DENIED"
+    info = {"@type": s.ERROR_INFO_TYPE, "reason": reason, "domain": "a2a-protocol.org"}
     error = {"code": codes_for(PeerError("")).a2a, "message": detail, "data": [info]}
-    await send_bytes(send, status, _enc.encode({"jsonrpc": "2.0", "id": None, "error": error}))
+    await send_bytes(send, status, _enc.encode({"jsonrpc": "2.0", "id": None, "error": error}), headers=headers)
 
 
-async def _refuse_rest(send: Any, status: int, detail: str) -> None:
-    """A browser-policy refusal as an HTTP+JSON `google.rpc.Status` body."""
-    reason = "CONTENT_TYPE_NOT_SUPPORTED" if status == 415 else "PERMISSION_DENIED"
-    await _plain_error(send, _HttpError(status, detail, reason))
+async def _refuse_rest(send: Any, status: int, detail: str, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    """A browser-policy or authentication refusal as an HTTP+JSON `google.rpc.Status` body."""
+    reason = {415: "CONTENT_TYPE_NOT_SUPPORTED", 401: "UNAUTHENTICATED"}.get(status, "PERMISSION_DENIED")
+    await _plain_error(send, _HttpError(status, detail, reason, list(headers)))
 
 
 async def _plain_error(send: Any, exc: _HttpError) -> None:

@@ -259,12 +259,13 @@ class RestApi:
 def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> RestApi:
     api = RestApi(config, manager, streams, access)
     own = access.origins  # [ws] allowed_origins, beside the listener's policy
-    app.add("POST", "/api/sessions", api.endpoint(api.create), origins=own)
-    app.add("GET", "/api/sessions", api.endpoint(api.index), origins=own)
-    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get), origins=own)
-    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete), origins=own)
-    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages), origins=own)
-    app.add("GET", "/api/routes", api.endpoint(RoutesApi(manager, api.views, app.readiness).index), origins=own)
+    static = access.static  # the front's own token, when it has one; an issuer's: HttpApp
+    app.add("POST", "/api/sessions", api.endpoint(api.create), origins=own, static=static)
+    app.add("GET", "/api/sessions", api.endpoint(api.index), origins=own, static=static)
+    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get), origins=own, static=static)
+    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete), origins=own, static=static)
+    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages), origins=own, static=static)
+    app.add("GET", "/api/routes", api.endpoint(RoutesApi(manager, api.views, app.readiness).index), origins=own, static=static)
     for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages", "/api/routes"):
-        app.add("OPTIONS", path, api.preflight, origins=own)
+        app.add("OPTIONS", path, api.preflight, origins=own, public=True)  # a CORS preflight carries no credentials
     return api

@@ -18,6 +18,7 @@ import trio
 
 from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.errors import (
     AuthRequired,
     BridgeError,
@@ -102,11 +103,12 @@ class WsConnection:
     __slots__ = (
         "front", "cfg", "receive", "send", "authed", "_authed", "outbox", "subs", "close_code",
         "close_reason", "_flush", "sending_since", "_tokens", "_refilled", "_nursery", "sender",
-        "_writing", "_ping_due", "_heard",
+        "_writing", "_ping_due", "_heard", "identity",
     )  # fmt: skip
 
-    def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool) -> None:
+    def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool, identity: Identity = ANONYMOUS) -> None:
         self.front = front
+        self.identity = identity  # who authenticated: the upgrade's, or the first frame's
         self.cfg = front.cfg
         self.receive = receive
         self.send = send
@@ -339,8 +341,10 @@ class WsConnection:
                     return
                 raise ParseError(f"invalid JSON: {exc}") from exc
             if not self.authed:
-                if frame.auth is None or not self.front.access.token_ok(frame.auth.token):
+                identity = await self.front.access.identify_token(frame.auth.token if frame.auth is not None else None)
+                if frame.auth is None or identity is None:
                     raise AuthRequired("the first frame must carry a valid auth.token")
+                self.identity = identity
                 self.authed = True
                 if self._authed is not None:
                     self._authed.set()
