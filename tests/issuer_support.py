@@ -36,6 +36,8 @@ class TestIssuer:
         self.published: list[str] = []
         self.fetches = 0
         self.discoveries = 0
+        self.authorized: list[dict[str, str]] = []  # /authorize queries
+        self.token_requests: list[dict[str, str]] = []  # /token forms
         self._lock = threading.Lock()
         self.rotate("k1")
 
@@ -99,10 +101,22 @@ class TestIssuer:
                     doc: Any = {"issuer": issuer.url, "jwks_uri": issuer.url + "/jwks.json",
                                 "authorization_endpoint": issuer.url + "/authorize", "token_endpoint": issuer.url + "/token",
                                 "response_types_supported": ["code"], "code_challenge_methods_supported": ["S256"]}  # fmt: skip
-                elif self.path == "/.well-known/oauth-authorization-server":
+                elif self.path == "/.well-known/oauth-authorization-server":  # RFC 8414
                     doc = {"issuer": issuer.url, "authorization_endpoint": issuer.url + "/authorize",
-                           "token_endpoint": issuer.url + "/token", "response_types_supported": ["code"],
+                           "token_endpoint": issuer.url + "/token", "registration_endpoint": issuer.url + "/register",
+                           "response_types_supported": ["code"], "grant_types_supported": ["authorization_code"],
                            "code_challenge_methods_supported": ["S256"]}  # fmt: skip
+                elif self.path.startswith("/authorize?"):
+                    # Signs the user in at once: back to the client's redirect_uri with a code.
+                    from urllib.parse import parse_qs, urlencode
+
+                    q = {k: v[0] for k, v in parse_qs(self.path.split("?", 1)[1]).items()}
+                    issuer.authorized.append(q)
+                    self.send_response(302)
+                    self.send_header("location", q["redirect_uri"] + "?" + urlencode({"code": "code-1", "state": q["state"]}))
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 elif self.path == "/jwks.json":
                     with issuer._lock:
                         issuer.fetches += 1
@@ -112,6 +126,29 @@ class TestIssuer:
                     return
                 body = json.dumps(doc).encode()
                 self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - RFC 7591 registration, RFC 6749 token
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length).decode()
+                if self.path == "/register":
+                    doc: Any = {**json.loads(raw), "client_id": "client-1"}
+                    status = 201
+                elif self.path == "/token":
+                    from urllib.parse import parse_qs
+
+                    form = {k: v[0] for k, v in parse_qs(raw).items()}
+                    issuer.token_requests.append(form)
+                    doc = {"access_token": issuer.mint("mcp-user"), "token_type": "Bearer", "expires_in": 300}
+                    status = 200
+                else:
+                    self.send_error(404)
+                    return
+                body = json.dumps(doc).encode()
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()

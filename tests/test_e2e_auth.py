@@ -191,3 +191,66 @@ async def test_every_front_takes_issuer_tokens_and_refuses_bad_ones(
                     result = await client.call_tool("demo", {"prompt": "mcp hello"})
                     assert result.content[0].text == "You said: mcp hello", result
             assert good not in d.log_text() and "static-s3cret" not in d.log_text()
+
+
+async def test_an_mcp_client_signs_in_by_itself_from_the_401(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """MCP 2025-11-25 Authorization, driven by the SDK's OAuthClientProvider: the 401's
+    `resource_metadata` → our RFC 9728 document → the issuer's RFC 8414 metadata →
+    registration, authorization code with PKCE, token → the call goes through."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+    class Memory:
+        def __init__(self) -> None:
+            self.tokens: OAuthToken | None = None
+            self.client: OAuthClientInformationFull | None = None
+
+        async def get_tokens(self) -> OAuthToken | None:
+            return self.tokens
+
+        async def set_tokens(self, tokens: OAuthToken) -> None:
+            self.tokens = tokens
+
+        async def get_client_info(self) -> OAuthClientInformationFull | None:
+            return self.client
+
+        async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+            self.client = client_info
+
+    redirected: list[str] = []
+
+    async def redirect(url: str) -> None:  # the "browser": follow the issuer's redirect once
+        async with httpx.AsyncClient(timeout=10) as h:
+            r = await h.get(url)
+        assert r.status_code == 302, r.text
+        redirected.append(r.headers["location"])
+
+    async def callback() -> AuthorizationCodeResult:
+        from urllib.parse import parse_qs, urlsplit
+
+        q = parse_qs(urlsplit(redirected[-1]).query)
+        return AuthorizationCodeResult(code=q["code"][0], state=q["state"][0])
+
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, _config(tmp_path, issuer)) as d:
+            storage = Memory()
+            provider = OAuthClientProvider(
+                server_url=d.url + "/mcp",
+                client_metadata=OAuthClientMetadata(client_name="test", redirect_uris=["http://127.0.0.1:1/callback"]),  # type: ignore[list-item]
+                storage=storage,
+                redirect_handler=redirect,
+                callback_handler=callback,
+            )
+            async with httpx2.AsyncClient(auth=provider, timeout=20) as http:
+                async with Client(streamable_http_client(d.url + "/mcp", http_client=http)) as client:
+                    result = await client.call_tool("demo", {"prompt": "signed in"})
+            assert result.content[0].text == "You said: signed in", result
+            # It found the issuer through our metadata and asked for a token for our resource.
+            assert issuer.authorized and issuer.authorized[0]["resource"] == d.url + "/mcp", issuer.authorized
+            assert issuer.authorized[0]["code_challenge_method"] == "S256"
+            assert storage.tokens is not None and issuer.token_requests[0]["grant_type"] == "authorization_code"
