@@ -47,11 +47,12 @@ from bridge.codecs.a2a_dialect import Binding, Dialect
 from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, codes_for
+from bridge.fronts.a2a.access import TaskAccess
 from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.remote import follow
 from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
-from bridge.core.identity import SCOPE_KEY, of_scope
+from bridge.core.identity import SCOPE_KEY, calling, of_scope
 from bridge.fronts.auth import static_identity
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
 from bridge.logs import add_secret
@@ -94,6 +95,7 @@ class A2AFront:
         self.manager = manager
         self.tasks = TaskService(config.section(A2AFrontConfig), manager)
         self.push = PushService(config.section(A2AFrontConfig), self.tasks)
+        self.access = TaskAccess(manager, self.tasks)  # [routes.NAME.access] on contexts and tasks
         self._tokens: dict[str, tuple[Route, str | None]] = {}
 
     def register(self, app: HttpApp) -> None:
@@ -310,8 +312,10 @@ class A2AFront:
 
     # -- operations ----------------------------------------------------------------------------
     async def _call(self, name: str, route: Route, scope: Scope, op: str, req: Any, dialect: Dialect) -> Any:
+        owner = await self.access.allowed(name, route, of_scope(scope), op, req)
+        calling(of_scope(scope), "a2a")  # the audit line's who (bridge/core/identity.py)
         if op == "send":
-            live = await self.tasks.send(name, req, dialect=dialect.value)
+            live = await self.tasks.send(name, req, dialect=dialect.value, owner=owner)
             config = req.configuration
             if config is None or not config.return_immediately:
                 await live.wait_stopped()
@@ -320,7 +324,7 @@ class A2AFront:
         if op == "get_task":
             return (await self.tasks.task(name, req.id)).snapshot(history_length=_history(req.history_length))
         if op == "list_tasks":
-            return await self.tasks.list(name, req)
+            return await self.access.listable(route, of_scope(scope), await self.tasks.list(name, req))
         if op == "cancel":
             return (await self.tasks.cancel(name, req.id)).snapshot()
         if op == "create_push_config":
@@ -340,9 +344,11 @@ class A2AFront:
 
     async def _open_stream(self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder) -> SseStream:
         """The stream, with its first event queued; errors before it are raised (answered as errors, not SSE)."""
+        owner = await self.access.allowed(name, route, of_scope(scope), op, req)
+        calling(of_scope(scope), "a2a")
         stream = SseStream(encoder, self.cfg.stream_queue_max_events, to_end=op == "subscribe")
         if op == "stream":
-            live = await self.tasks.send(name, req, dialect=encoder.dialect.value)
+            live = await self.tasks.send(name, req, dialect=encoder.dialect.value, owner=owner)
             await self.tasks.publish(live)
             config = req.configuration
             live.attach(stream, history_length=_history(config.history_length if config else None))

@@ -32,6 +32,8 @@ from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, er
 from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
+from bridge.core.identity import ANONYMOUS, Identity, calling
+from bridge.fronts import owners
 from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.core.events import (
     CommandsAvailable,
@@ -89,7 +91,9 @@ class AcpConnection:
         manager: SessionManager,
         config: Config,
         route: str,
+        identity: Identity = ANONYMOUS,
     ) -> None:
+        self.identity = identity  # the socket peer's Unix user (unix_socket.py); stdio: anonymous
         self.receive = receive
         self.send = send
         self.manager = manager
@@ -278,7 +282,8 @@ class AcpConnection:
         if not os.path.isabs(p.cwd):
             raise InvalidParams(f"cwd must be an absolute path, got {p.cwd!r}")
         meta = {"mcpServers": p.mcp_servers} if p.mcp_servers else {}
-        session = await self.manager.create(self.route_name, front="acp", cwd=p.cwd, meta=meta)
+        owners.check_start(self.manager.config, self.route_name, self.identity)
+        session = await self.manager.create(self.route_name, front="acp", cwd=p.cwd, meta=owners.owned_by(self.identity, meta))
         att = self._attach(session)
         att.release(0)
         self.peer.respond(call.id, self._setup_result(session, acp.NewSessionResult))
@@ -286,7 +291,7 @@ class AcpConnection:
         return ANSWERED
 
     async def _load(self, call: Call, p: acp.LoadSessionParams) -> Any:
-        session = await self.manager.get(p.session_id)
+        session = await owners.get_checked(self.manager, p.session_id, self.identity, "use")
         att = self._attach(session)
         # The whole conversation goes back as updates before the answer (ACP schema,
         # `session/load`); what happens meanwhile waits in the subscriber until `release`.
@@ -309,7 +314,7 @@ class AcpConnection:
         return ANSWERED
 
     async def _resume(self, call: Call, p: acp.LoadSessionParams) -> Any:
-        session = await self.manager.get(p.session_id)
+        session = await owners.get_checked(self.manager, p.session_id, self.identity, "use")
         self._attach(session).release(session.last_seq)
         self.peer.respond(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
@@ -325,6 +330,7 @@ class AcpConnection:
             route=self.route_name, cwd=p.cwd, limit=page, offset=offset
         )
         nxt = offset + len(records)
+        records = owners.visible(self.manager.config, records, self.identity)  # a page may come short
         return acp.ListSessionsResult(
             sessions=[
                 acp.SessionInfo(
@@ -371,6 +377,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
+        calling(self.identity, "acp")  # the audit line's who (bridge/core/identity.py)
         turn = await session.begin_turn([block_in(b) for b in p.prompt])
         self.prompts[call.id] = session
         assert self._nursery is not None
