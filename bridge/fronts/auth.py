@@ -50,9 +50,10 @@ _REQUIRED = ["exp", "iss", "aud", "sub"]
 class AuthRefused(Exception):
     """A credential that does not let the caller in (401). `reason` is safe to show."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, shaped: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.shaped = shaped  # False: not even a JWT's header (maybe a static token with two dots)
 
 
 def bearer_of(scope: dict[str, Any]) -> str | None:
@@ -148,11 +149,11 @@ class Authenticator:
                 return seen[0]
             del self._seen[token]
         if len(token) > MAX_TOKEN_BYTES or token.count(".") != 2:
-            raise AuthRefused("the bearer token is not a JWT")
+            raise AuthRefused("the bearer token is not a JWT", shaped=False)
         try:
             head = jwt.get_unverified_header(token)
         except (jwt.PyJWTError, ValueError, TypeError) as exc:
-            raise AuthRefused(f"the bearer token is not a JWT: {exc}") from exc
+            raise AuthRefused(f"the bearer token is not a JWT: {exc}", shaped=False) from exc
         alg, kid = head.get("alg"), head.get("kid")
         if not isinstance(alg, str) or not (kid is None or isinstance(kid, str)):
             raise AuthRefused("the token's header has no usable alg or kid")

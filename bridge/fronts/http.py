@@ -142,6 +142,8 @@ class HttpApp:
         try:
             identity = await auth.identify(scope)
         except AuthRefused as exc:
+            if not exc.shaped and route.static(params):
+                return None  # not a JWT at all: the front's own token decides
             return 401, exc.reason, auth.challenge(scope, exc.reason, resource_path=route.resource)
         if identity is not None:
             scope[SCOPE_KEY] = identity
