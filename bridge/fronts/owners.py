@@ -20,9 +20,14 @@ from bridge.core.access import OWNER_META, Action, may, owner_of
 from bridge.core.identity import Identity
 from bridge.errors import Forbidden, NotFound
 
-__all__ = ["check", "check_start", "get_checked", "owned_by", "visible"]
+__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "visible"]
 
 _R = TypeVar("_R")
+
+
+def ruled(config: Config) -> bool:
+    """Whether any route has an access table (else no check needs the stored record)."""
+    return any(r.access is not None for r in config.routes.values())
 
 
 def owned_by(identity: Identity, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -56,7 +61,7 @@ async def get_checked(manager: Any, session_id: str, identity: Identity, action:
     """`manager.get(session_id)` once `identity` may do `action` with it. The check reads
     the stored record first, so a refused caller never starts someone else's session
     (nor its back)."""
-    if any(r.access is not None for r in manager.config.routes.values()):
+    if ruled(manager.config):
         live = manager.live(session_id)
         record = live.record if live is not None else await manager.store.get_session(session_id)
         if record is None:

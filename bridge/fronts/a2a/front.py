@@ -99,7 +99,6 @@ class A2AFront:
         self._tokens: dict[str, tuple[Route, str | None]] = {}
 
     def register(self, app: HttpApp) -> None:
-        self.auth = app.auth
         app.add("GET", _CARD_PATH, self.default_card, public=True)  # cards are public (A2A 1.0 §8.2)
         base = "/a2a/{route}"
         app.add("GET", base + _CARD_PATH, self.card, public=True)

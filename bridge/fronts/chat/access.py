@@ -41,7 +41,7 @@ class Access:
         self._static = cfg.token_required
         self.auth = auth  # the issuers, when configured
         self._required = cfg.token_required or auth is not None
-        if self._required and self._token is None:
+        if self._static and self._token is None:
             source = f"environment variable {cfg.token_env}" if cfg.token_env else f"file {cfg.token_file}"
             log.error("[ws] names a token but the %s gives none: every chat client is refused", source)
         self._origins = normalize_origins(cfg.allowed_origins)

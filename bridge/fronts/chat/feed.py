@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from bridge.codecs.sse import encode_event
-from bridge.core.identity import Identity, of_scope
+from bridge.core.identity import ANONYMOUS, Identity, of_scope
 from bridge.fronts import owners
 from bridge.fronts.chat.events_api import CanonicalApi, query_ints
 from bridge.fronts.chat.sse_out import SseOut
@@ -91,7 +91,7 @@ class ChangeFeed:
                 out.close()
                 nursery.cancel_scope.cancel()
 
-    async def _run(self, pending: _Pending, out: SseOut, who: Identity) -> None:
+    async def _run(self, pending: _Pending, out: SseOut, who: Identity = ANONYMOUS) -> None:
         while not out.closed:
             await pending.wait()
             if pending.reset:
@@ -109,7 +109,7 @@ class ChangeFeed:
                 return
             await trio.sleep(COALESCE_S)  # what changes meanwhile waits: one batch per COALESCE_S
 
-    async def _frame(self, session_id: str, deleted: bool, who: Identity) -> bytes | None:
+    async def _frame(self, session_id: str, deleted: bool, who: Identity = ANONYMOUS) -> bytes | None:
         if deleted:
             return encode_event(_enc.encode({"session_id": session_id}), event="deleted")
         live = self.manager.live(session_id)
