@@ -9,6 +9,7 @@ never raises anything but `AuthRefused` (hypothesis).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jwt
 import msgspec
@@ -159,3 +160,34 @@ def test_garbage_bearer_headers_are_refused_never_raised(header: bytes) -> None:
 
     trio.run(main)
     bearer_of(scope)  # total too
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.binary(max_size=200), scheme=st.sampled_from([b"Bearer ", b"bearer ", b"Basic ", b"", b"Bearer  "]))
+def test_through_the_listener_garbage_is_always_a_401_with_a_challenge(value: bytes, scheme: bytes) -> None:
+    """The same through `HttpApp`: whatever Authorization says, the handler never runs and
+    the answer is a 401 carrying `WWW-Authenticate: Bearer ... resource_metadata`."""
+    from bridge.fronts.http import HttpApp
+
+    cfg = AuthConfig(issuers=[IssuerConfig(issuer="http://127.0.0.1:9", audience=AUDIENCE)], jwks_timeout_s=0.5)
+    app = HttpApp(auth=Authenticator(cfg))
+    ran: list[bool] = []
+
+    async def handler(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
+        ran.append(True)
+
+    app.add("GET", "/x", handler)
+    sent: list[dict[str, Any]] = []
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": [(b"host", b"127.0.0.1"), (b"authorization", scheme + value)],
+             "server": ("127.0.0.1", 80)}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    trio.run(app, scope, receive, send)
+    assert not ran and sent[0]["status"] == 401
+    challenge = dict(sent[0]["headers"])[b"www-authenticate"]
+    assert challenge.startswith(b"Bearer resource_metadata=")
