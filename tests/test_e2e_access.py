@@ -154,7 +154,9 @@ async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_gr
             proc = await trio.run_process([sys.executable, str(ACP_SDK_CLIENT), "persist_write", json.dumps(opts), *shim],
                                           capture_stdout=True, capture_stderr=True, check=False, env=clean_env)  # fmt: skip
             assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-            acp_sid = json.loads(proc.stdout)["report"]["session_id"] if "report" in json.loads(proc.stdout) else json.loads(proc.stdout)["session_id"]
+            report = json.loads(proc.stdout)
+            assert report["results"]["prompt1"] == {"result": {"stopReason": "end_turn"}}, report["results"]
+            acp_sid = report["session_id"]
             user = pwd.getpwuid(os.getuid()).pw_name
             async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
                 assert (await h.get(f"/api/sessions/{acp_sid}", headers=_h(alice))).status_code == 404
