@@ -23,6 +23,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from tests.daemon_support import ACP_SDK_CLIENT, Daemon, start_daemon
+from tests.test_chat_events_api import Sse
 from tests.issuer_support import issuer_toml, running_issuer
 
 CEILING_S = 120
@@ -103,6 +104,19 @@ async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_gr
                 assert r.status_code == 200 and "mine" in r.text, r.text
                 r = await h.get(f"/api/sessions/{sid}/events", params={"through": 0}, headers=_h(bob))
                 assert r.status_code == 200 and "caught_up" in r.text, r.text
+
+                # -- A question in alice's session: carol may not answer it, bob (ops) may.
+                r = await h.post(f"/api/sessions/{sid}/prompt", json={"text": "ask: tidy"}, headers=_h(alice))
+                assert r.status_code == 202, r.text
+                async with h.stream("GET", f"/api/sessions/{sid}/events", headers=_h(alice)) as resp:
+                    sse = Sse(resp)
+                    asked = json.loads((await sse.until(lambda e: e.event == "question_asked"))[-1].data)["question"]
+                    answer = {"question_id": asked["id"], "selected": ["allow"]}
+                    r = await h.post(f"/api/sessions/{sid}/answer", json=answer, headers=_h(carol))
+                    assert r.status_code == 404, r.text
+                    r = await h.post(f"/api/sessions/{sid}/answer", json=answer, headers=_h(bob))
+                    assert r.status_code == 200 and r.json() == {"answered": True}, r.text
+                    await sse.until(lambda e: e.event == "turn_ended")
 
                 # -- /ws: carol can neither watch nor send; bob can.
                 frame = await _ws_subscribe(d, carol, sid)
