@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 import msgspec
@@ -38,7 +39,7 @@ log = logging.getLogger("bridge.fronts.auth")
 MAX_KEYS = 64
 # GET url -> its body (raises OSError/ValueError-family on failure; bounded by the caller).
 Fetch = Callable[[str], Awaitable[bytes]]
-_URL_OK = ("https://", "http://127.0.0.1", "http://localhost", "http://[::1]")
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class KeyProblem(Exception):
@@ -119,7 +120,7 @@ class IssuerKeys:
             if not isinstance(doc, dict) or doc.get("issuer") != self.cfg.issuer:
                 raise KeyProblem("its discovery document names another issuer")
             url = doc.get("jwks_uri")
-            if not isinstance(url, str) or not url.startswith(_URL_OK):
+            if not isinstance(url, str) or not _url_ok(url):
                 raise KeyProblem("its discovery document has no https jwks_uri")
             self._jwks_url = url
         doc = await self._json(self._jwks_url)
@@ -137,6 +138,16 @@ class IssuerKeys:
             return msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
             raise KeyProblem(f"{url} did not answer JSON") from exc
+
+
+def _url_ok(url: str) -> bool:
+    """https, or plain http to this machine only (as `[[auth.issuers]]` URLs are checked)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return bool(host) and (parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK))
 
 
 def _usable(key: Any) -> bool:
