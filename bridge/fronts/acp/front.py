@@ -20,6 +20,7 @@ import base64
 import datetime as dt
 import logging
 import os
+import pwd
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -64,7 +65,7 @@ from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
 from bridge.transport.ndjson import ANSWERED, NdjsonConnection, receive_frames
 
-__all__ = ["AcpConnection", "serve_acp"]
+__all__ = ["AcpConnection", "serve_acp", "unix_identity"]
 
 log = logging.getLogger("bridge.fronts.acp.front")
 
@@ -76,8 +77,18 @@ async def serve_acp(
     config: Config,
     route: str,
 ) -> None:
-    """Serve one ACP client until it closes its end."""
-    await AcpConnection(receive, send, manager=manager, config=config, route=route).run()
+    """Serve one ACP client until it closes its end: over stdio, the user who started us
+    (the editor that spawned this process runs as that user)."""
+    await AcpConnection(receive, send, manager=manager, config=config, route=route, identity=unix_identity(os.getuid())).run()
+
+
+def unix_identity(uid: int) -> Identity:
+    """A Unix user as a caller: its name when the system knows one, else its uid."""
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return Identity(subject=name, via="unix", claims={"uid": uid})
 
 
 class AcpConnection:

@@ -19,7 +19,6 @@ import errno
 import fcntl
 import logging
 import os
-import pwd
 import socket
 import stat
 import struct
@@ -30,7 +29,7 @@ import trio
 
 from bridge.codecs import safejson
 from bridge.core.identity import ANONYMOUS, Identity
-from bridge.fronts.acp.front import AcpConnection
+from bridge.fronts.acp.front import AcpConnection, unix_identity
 from bridge.session import SessionManager
 
 __all__ = ["AcpSocketFront", "bind_unix"]
@@ -211,11 +210,7 @@ def peer_identity(sock: Any) -> Identity:
         _pid, uid, _gid = struct.unpack("3i", creds)
     except (OSError, AttributeError, struct.error):  # not Linux, or not a unix socket
         return ANONYMOUS
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = str(uid)
-    return Identity(subject=name, via="unix", claims={"uid": uid})
+    return unix_identity(uid)
 
 
 async def _answer(stream: trio.SocketStream, body: dict[str, Any]) -> None:
