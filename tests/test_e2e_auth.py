@@ -191,6 +191,15 @@ async def test_every_front_takes_issuer_tokens_and_refuses_bad_ones(
                     result = await client.call_tool("demo", {"prompt": "mcp hello"})
                     assert result.content[0].text == "You said: mcp hello", result
             assert good not in d.log_text() and "static-s3cret" not in d.log_text()
+        # Who ran each turn, as the audit lines say: the issuer's subject, or the route's static token.
+        audit = [json.loads(line.split(": audit ", 1)[1]) for line in d.log_text().splitlines() if "bridge.audit" in line]
+        whos = {(a["who"], a["route"], a["front"]) for a in audit}
+        # A static token's key reads "token::..." and the log redacts what looks like "token: x";
+        # its via and subject still say who it was.
+        assert any(a["via"] == "token" and a["subject"] == "a2a/keyed" and a["route"] == "keyed" for a in audit), audit
+        assert (f"jwt:{issuer.url}:alice", "demo", "a2a") in whos and (f"jwt:{issuer.url}:bob", "demo", "a2a") in whos, whos
+        assert (f"jwt:{issuer.url}:alice", "demo", "mcp") in whos, whos
+        assert (f"jwt:{issuer.url}:alice", "demo", "chat") in whos, whos
 
 
 async def test_an_mcp_client_signs_in_by_itself_from_the_401(

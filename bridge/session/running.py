@@ -147,7 +147,7 @@ class TurnRunner:
         if config is None or config.auth.audit:
             who, front = turn.caller
             # Who, where, how it ended; never what was said (README: "Access control").
-            line = {"who": who.key, "route": self.record.route, "front": front or self.record.front or "", "session": self.id,
+            line = {"who": who.key, "via": who.via, "subject": who.subject, "route": self.record.route, "front": front or self.record.front or "", "session": self.id,
                     "turn": turn.turn_id, "outcome": stop.value, "error": error.kind if error else None}  # fmt: skip
             audit.info("audit %s", _audit_json.encode(line).decode())
         if self.manager.observer is not None:
