@@ -20,8 +20,16 @@ what is measured:
 
 Rounds alternate A, B, A, B; medians. Goal (issue 6): A ≥ 2 × B on both.
 
+`--issuer` measures inbound JWTs instead (issue 20): a local issuer (tests/issuer_support.py)
+serves its JWK Set; bridge A has no `[auth]`, bridge J has `[[auth.issuers]]` and every
+request carries an RS256 token. Reported: SendMessage req/s and server CPU per request
+of A and J (their difference is what authentication costs a request, the token cached),
+and in this process the median of `Authenticator.verify` for a new token each time
+(signature checked, key cached) and for the same token again. Goal: < 0.1 ms.
+
     .venv/bin/python bench/a2a_front.py                  # ~60 s
     .venv/bin/python bench/a2a_front.py --rounds 5 --seconds 3 --events 200000
+    .venv/bin/python bench/a2a_front.py --issuer         # ~40 s
 """
 
 from __future__ import annotations
@@ -52,13 +60,14 @@ def cpu_s(pid: int) -> float:
 class Server:
     def __init__(self, name: str, proc: trio.Process, port: int, path: str) -> None:
         self.name, self.proc, self.port, self.path = name, proc, port, path
+        self.token: str | None = None  # sent as a bearer token when set (--issuer)
 
 
-async def start_bridge(tmp: Path) -> Server:
+async def start_bridge(tmp: Path, extra: str = "", name: str = "A bridge") -> Server:
     cfg = tmp / "bench.toml"
     cfg.write_text(
         '[routes.demo]\nback = { kind = "demo", chunk_delay_s = 0.0 }\n'
-        '[server]\nlisten = "127.0.0.1:0"\n[daemon]\nacp_socket = false\nmetrics = false\n'
+        '[server]\nlisten = "127.0.0.1:0"\n[daemon]\nacp_socket = false\nmetrics = false\n' + extra
     )
     exe = Path(PYTHON).with_name("agent-bridge")
     cmd = [str(exe)] if exe.exists() else [PYTHON, "-m", "bridge"]
@@ -66,7 +75,7 @@ async def start_bridge(tmp: Path) -> Server:
     proc = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
     line = await _first_line(proc)
     port = int(line.split()[1].rsplit(":", 1)[1])
-    return Server("A bridge", proc, port, "/a2a/demo")
+    return Server(name, proc, port, "/a2a/demo")
 
 
 async def start_sdk() -> Server:
@@ -92,9 +101,10 @@ def rpc(method: str, params: object) -> bytes:
 
 
 def post(server: Server, body: bytes, *, accept: str = "application/json") -> bytes:
+    auth = f"Authorization: Bearer {server.token}\r\n" if server.token else ""
     return (
         f"POST {server.path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
-        f"Accept: {accept}\r\nA2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Accept: {accept}\r\nA2A-Version: 1.0\r\n{auth}Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
@@ -182,7 +192,11 @@ async def main() -> None:
     ap.add_argument("--conns", type=int, default=8, help="concurrent connections for requests/s")
     ap.add_argument("--events", type=int, default=100_000, help="N of bench:N for the bridge")
     ap.add_argument("--sdk-events", type=int, default=3_000, help="N of bench:N for the a2a-sdk server")
+    ap.add_argument("--issuer", action="store_true", help="measure inbound JWT authentication instead (issue 20)")
     args = ap.parse_args()
+    if args.issuer:
+        await issuer_bench(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="a2a-front-bench-") as tmp:
         bridge, sdk = await start_bridge(Path(tmp)), await start_sdk()
@@ -224,6 +238,61 @@ async def main() -> None:
     r_rps, r_sse = m(rps["A"], 0) / m(rps["B"], 0), m(sse["A"], 0) / m(sse["B"], 0)
     print(f"\nRATIO SendMessage {r_rps:.2f}x, SSE {r_sse:.1f}x (goal >= {GOAL:g}x each); load average {os.getloadavg()[0]:.1f}")
     print(f"VERDICT: SendMessage {'PASS' if r_rps >= GOAL else 'FAIL'}, SSE {'PASS' if r_sse >= GOAL else 'FAIL'}")
+
+
+async def issuer_bench(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.issuer_support import AUDIENCE, issuer_toml, running_issuer
+
+    from bridge.config import AuthConfig, IssuerConfig
+    from bridge.fronts.auth import Authenticator
+
+    with running_issuer() as issuer, tempfile.TemporaryDirectory(prefix="a2a-auth-bench-") as tmp:
+        # In this process: one verify per request, key cached; new tokens, then one token again.
+        auth = Authenticator(AuthConfig(issuers=[IssuerConfig(issuer=issuer.url, audience=AUDIENCE)]))
+        tokens = [issuer.mint(f"user{i}") for i in range(3000)]
+        await auth.verify(tokens[0])
+        fresh, again = [], []
+        for token in tokens[1:]:
+            t0 = time.perf_counter()
+            await auth.verify(token)
+            fresh.append(time.perf_counter() - t0)
+        for _ in range(3000):
+            t0 = time.perf_counter()
+            await auth.verify(tokens[1])
+            again.append(time.perf_counter() - t0)
+        (Path(tmp) / "a").mkdir()
+        (Path(tmp) / "j").mkdir()
+        plain = await start_bridge(Path(tmp) / "a")
+        jwt_ = await start_bridge(Path(tmp) / "j", "\n" + issuer_toml(issuer, discovery=False), name="J bridge + JWT")
+        jwt_.token = issuer.mint("bench", exp=int(time.time()) + 3600)
+        try:
+            for server in (plain, jwt_):
+                await requests_per_s(server, SEND, b"COMPLETED", args.conns, 0.5)
+            rps: dict[str, list[tuple[float, float]]] = {"A": [], "J": []}
+            for r in range(args.rounds):
+                rps["A"].append(await requests_per_s(plain, SEND, b"COMPLETED", args.conns, args.seconds))
+                rps["J"].append(await requests_per_s(jwt_, SEND, b"COMPLETED", args.conns, args.seconds))
+                print(f"round {r + 1}: SendMessage {rps['A'][-1][0]:.0f} vs {rps['J'][-1][0]:.0f} req/s", flush=True)
+        finally:
+            for server in (plain, jwt_):
+                server.proc.terminate()
+                with trio.move_on_after(5):
+                    await server.proc.wait()
+                if server.proc.returncode is None:
+                    server.proc.kill()
+    a_rps, j_rps = median([x[0] for x in rps["A"]]), median([x[0] for x in rps["J"]])
+    a_cpu, j_cpu = median([x[1] for x in rps["A"]]), median([x[1] for x in rps["J"]])
+    rows = [
+        ["SendMessage req/s", f"{a_rps:.0f}", f"{j_rps:.0f}", f"{j_rps / a_rps:.2f}"],
+        ["  server CPU ms/request", f"{a_cpu:.3f}", f"{j_cpu:.3f}", f"{j_cpu - a_cpu:+.3f} ms"],
+    ]
+    print()
+    print(table(["", "A no auth", "J issuer token", "J/A"], rows))
+    f_ms, a_ms = median(fresh) * 1e3, median(again) * 1e3
+    print(f"\nverify, median: a new RS256 token (key cached) {f_ms:.3f} ms; the same token again {a_ms:.4f} ms")
+    print(f"RATIO req/s J/A {j_rps / a_rps:.2f}x; load average {os.getloadavg()[0]:.1f}")
+    print(f"VERDICT: {'PASS' if f_ms < 0.1 else 'FAIL'} (a new token's check < 0.1 ms at the median)")
 
 
 if __name__ == "__main__":

@@ -25,15 +25,18 @@ import msgspec
 
 from bridge import registry
 from bridge.config_check import problem_of, problems_in, with_route_hint
+from bridge.core.access import RouteAccess
 from bridge.errors import ConfigError, ConfigProblem
 from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
 
 __all__ = [
     "AcpAuth",
+    "AuthConfig",
     "ClusterConfig",
     "Config",
     "ConfigStruct",
     "DaemonConfig",
+    "IssuerConfig",
     "OptionValue",
     "PositiveSeconds",
     "Route",
@@ -141,6 +144,8 @@ class Route(ConfigStruct):
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []
     shared_prompts: bool = True
+    # `[routes.NAME.access]`: who may list, use, watch and answer its sessions (bridge/core/access.py).
+    access: RouteAccess | None = None
 
     # `[routes.NAME.<front>]`, by front name (filled by `parse_config`; FrontKind.route_config).
     front_settings: dict[str, Any] = {}
@@ -186,6 +191,61 @@ class ServerConfig(ConfigStruct):
         """The operators' token: `admin_token_env`'s value if set, else `admin_token_file`'s
         content; None when neither yields one (then every admin request is refused)."""
         return read_secret(self.admin_token_env, None) or read_secret(None, self.admin_token_file)
+
+
+# Signature algorithms an issuer may use: asymmetric only. `none` and the HMAC family are
+# never accepted (RFC 8725 §2.1 and §3.1: an HS* check with a public key as the secret
+# lets anyone who has the public key forge tokens).
+ISSUER_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
+
+
+class IssuerConfig(ConfigStruct):
+    """`[[auth.issuers]]`: an OAuth 2.0 / OpenID Connect issuer whose bearer JWTs are accepted."""
+
+    issuer: str  # the `iss` its tokens carry, an https (or loopback http) URL
+    audience: str  # the `aud` a token must name: this bridge (RFC 8707, RFC 9068 §4)
+    # Its JWK Set; None: from OIDC discovery, `{issuer}/.well-known/openid-configuration`.
+    jwks_url: str | None = None
+    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256"])
+    clock_skew_s: Annotated[float, msgspec.Meta(ge=0, le=600)] = 60.0
+
+    def __post_init__(self) -> None:
+        for url in (self.issuer, self.jwks_url):
+            if url is not None and not re.fullmatch(r"https://\S+|http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/\S*)?", url):
+                raise ValueError(f"{url!r}: an issuer and its jwks_url are https URLs (plain http only on loopback)")
+        bad = [a for a in self.algorithms if a not in ISSUER_ALGORITHMS]
+        if bad or not self.algorithms:
+            raise ValueError(f"algorithms: {bad or '[]'} not accepted; choose from {sorted(ISSUER_ALGORITHMS)}")
+
+    @property
+    def discovery_url(self) -> str:
+        """OpenID Connect Discovery 1.0 §4: the issuer's configuration document."""
+        return self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+
+
+class AuthConfig(ConfigStruct):
+    """`[auth]`: who may call the HTTP fronts. With an issuer, every HTTP front (agent
+    cards, the console's files, /healthz aside) needs a valid bearer token from one of
+    them, or that front's own static token (README: "Access control")."""
+
+    issuers: list[IssuerConfig] = []
+    # An unknown `kid` fetches the issuer's JWK Set again, at most once per this many
+    # seconds per issuer: a flood of made-up kids costs one fetch, not one each.
+    jwks_refresh_min_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 30.0
+    # Keys are fetched again (on the next request after) this long.
+    jwks_max_age_s: Annotated[float, msgspec.Meta(ge=10)] = 3600.0
+    jwks_timeout_s: PositiveSeconds = 5.0
+    jwks_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] = 512 * 1024
+    # Verified tokens remembered until they expire (a repeat costs a dict lookup).
+    token_cache: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 4096
+    # The public URL of this bridge, for RFC 9728 `resource` and the A2A card (None: from the request's Host).
+    resource_url: str | None = None
+    audit: bool = True  # one `bridge.audit` log line per turn: who, route, front, outcome
+
+    def __post_init__(self) -> None:
+        names = [i.issuer for i in self.issuers]
+        if len(set(names)) != len(names):
+            raise ValueError("issuers: the same issuer twice")
 
 
 class DaemonConfig(ConfigStruct):
@@ -286,6 +346,7 @@ class Config(ConfigStruct):
     store: StoreConfig = StoreConfig()
     daemon: DaemonConfig = DaemonConfig()
     cluster: ClusterConfig = ClusterConfig()
+    auth: AuthConfig = AuthConfig()
     # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []
@@ -307,6 +368,7 @@ _SECTIONS: dict[str, Any] = {
     "daemon": DaemonConfig,
     "server": ServerConfig,
     "store": StoreConfig,
+    "auth": AuthConfig,
 }
 # Filled by parse_config: a key written here in TOML is an unknown key.
 _DERIVED_CONFIG_KEY = "front_sections"

@@ -118,7 +118,12 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     from bridge.fronts.http import HttpApp, send_json
     from bridge.fronts.http_policy import BrowserPolicy
 
-    app = HttpApp(BrowserPolicy(config.server))  # Host, Origin, Content-Type for every front
+    from bridge.fronts.auth import Authenticator
+
+    # Host, Origin, Content-Type for every front; then the issuers' tokens, if any.
+    app = HttpApp(BrowserPolicy(config.server), Authenticator(config.auth) if config.auth.issuers else None)
+    if app.auth is not None:
+        app.background(app.auth.run)  # each issuer's keys fetched once at start
     app.readiness = readiness  # routes' health for the fronts that show it (GET /api/routes)
 
     from bridge.workers import worker_index
@@ -131,7 +136,7 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     async def healthz(scope: object, receive: object, send: object, params: dict[str, str]) -> None:
         await send_json(send, 200, alive)  # type: ignore[arg-type]
 
-    app.add("GET", "/healthz", healthz)  # type: ignore[arg-type]
+    app.add("GET", "/healthz", healthz, public=True)  # type: ignore[arg-type]
     if readiness is not None or metrics is not None:
         from bridge.health import AdminToken, register
         from bridge.logs import add_secret

@@ -84,7 +84,7 @@ def register(
                     body["reason"] = why
             await send_json(send, 200 if ready else 503, body)
 
-        app.add("GET", "/readyz", readyz)
+        app.add("GET", "/readyz", readyz, public=True)  # details: the operators' token
     if metrics is not None:
         from bridge.metrics import CONTENT_TYPE
 
@@ -94,7 +94,7 @@ def register(
                 return
             await send_bytes(send, 200, metrics.render(), content_type=CONTENT_TYPE)
 
-        app.add("GET", "/metrics", metrics_page)
+        app.add("GET", "/metrics", metrics_page, public=True)  # metrics_need_token: the operators' token
 
 
 class CountConnections:

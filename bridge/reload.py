@@ -7,7 +7,7 @@ configuration stays and every problem is logged. Otherwise:
 - removed routes take no new session or turn; their running turns get
   `[daemon] reload_grace_s` to finish, are then cancelled, and their sessions closed;
 - `routes`, `default_route`, `log_level` and the sections of reloadable fronts (`[acp]`
-  and `[a2a]`, for new connections) apply; `[server]`, `[store]`, `[daemon]` and the
+  and `[a2a]`, for new connections) apply; `[server]`, `[store]`, `[daemon]`, `[auth]` and the
   sections of fronts declared `reloadable=False` (`[ws]`, `[mcp]`; bridge/registry.py)
   need a restart: a change there is logged and the running values are kept.
 
@@ -44,7 +44,7 @@ log = logging.getLogger("bridge.reload")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PREFIX = "agent-bridge_"  # LoadCredential=agent-bridge:/etc/agent-bridge/credentials
-_RESTART_ONLY = ("server", "store", "daemon")
+_RESTART_ONLY = ("server", "store", "daemon", "auth")  # [auth]: the listener's Authenticator is made at start
 
 
 def import_credentials(config: Config) -> list[str]:

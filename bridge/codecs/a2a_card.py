@@ -234,6 +234,10 @@ class CardSpec(NamedTuple):
     provider: s.AgentProvider | None = None
     documentation_url: str | None = None
     icon_url: str | None = None
+    # OpenID Connect issuers whose bearer tokens the agent accepts (`[[auth.issuers]]`):
+    # each an `openIdConnect` scheme (A2A 1.0 §4.5, OpenIdConnectSecurityScheme) naming its
+    # discovery document, and each its own alternative in the requirements.
+    issuers: tuple[str, ...] = ()
 
 
 _MODES_IN = ["text/plain", "application/json", "image/png", "image/jpeg", "application/octet-stream"]
@@ -267,6 +271,13 @@ def publish_card(spec: CardSpec, *, legacy: bool) -> dict[str, object]:
             scheme = s.SecurityScheme(http_auth_security_scheme=s.HTTPAuthSecurityScheme(scheme="Bearer"))
         schemes = {name: scheme}
         requirements = [s.SecurityRequirement(schemes={name: s.StringList()})]
+    oidc = _oidc_names(spec.issuers)
+    if oidc:
+        schemes = {**(schemes or {}), **{
+            n: s.SecurityScheme(open_id_connect_security_scheme=s.OpenIdConnectSecurityScheme(open_id_connect_url=url))
+            for n, url in oidc.items()
+        }}  # fmt: skip
+        requirements = [*(requirements or []), *(s.SecurityRequirement(schemes={n: s.StringList()}) for n in oidc)]
     card = s.AgentCard(
         name=spec.name,
         description=spec.description,
@@ -297,9 +308,10 @@ def publish_card(spec: CardSpec, *, legacy: bool) -> dict[str, object]:
         version=spec.version,
         capabilities=v.AgentCapabilitiesV03(streaming=spec.streaming, push_notifications=spec.push_notifications),
         security_schemes=(
-            {n: v.SecuritySchemeV03(type="apiKey", location="header", name=spec.auth[1]) if spec.auth[0] == "api_key"
+            {n: v.SecuritySchemeV03(type="openIdConnect", open_id_connect_url=oidc[n]) if n in oidc
+             else v.SecuritySchemeV03(type="apiKey", location="header", name=spec.auth[1]) if spec.auth and spec.auth[0] == "api_key"
              else v.SecuritySchemeV03(type="http", scheme="bearer") for n in (schemes or {})}
-            if spec.auth is not None else None
+            if schemes else None
         ),  # fmt: skip
         security=[{n: []} for n in (schemes or {})] or None,
         default_input_modes=_MODES_IN,
@@ -310,6 +322,12 @@ def publish_card(spec: CardSpec, *, legacy: bool) -> dict[str, object]:
         supports_authenticated_extended_card=spec.extended_card or None,
     )
     return _merge(doc, msgspec.to_builtins(old))
+
+
+def _oidc_names(issuers: tuple[str, ...]) -> dict[str, str]:
+    """Scheme name -> the issuer's discovery URL (OpenID Connect Discovery 1.0 §4)."""
+    urls = [i.rstrip("/") + "/.well-known/openid-configuration" for i in issuers]
+    return {("oidc" if len(urls) == 1 else f"oidc{n + 1}"): url for n, url in enumerate(urls)}
 
 
 def _merge(new: dict[str, object], old: dict[str, object]) -> dict[str, object]:

@@ -7,16 +7,22 @@ outbound identity forwarding read it. Nothing here checks a credential.
 
 HTTP fronts carry it in the ASGI scope under `SCOPE_KEY` (`of_scope` reads it, and a
 request no front authenticated is `ANONYMOUS`).
+
+`CALLER` is who is calling in the current task, and through which front: a front sets
+it (`calling`) in the task that handles a client's request, so the session, which
+knows no protocol, can say in its audit line who began each turn (it reads it once, as
+the turn begins, in that same task).
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["ANONYMOUS", "SCOPE_KEY", "Identity", "Via", "of_scope"]
+__all__ = ["ANONYMOUS", "CALLER", "SCOPE_KEY", "Identity", "Via", "calling", "of_scope"]
 
 # How the identity was established.
 Via = Literal["anonymous", "token", "jwt", "unix"]
@@ -52,3 +58,12 @@ def of_scope(scope: Mapping[str, Any]) -> Identity:
     """The identity an HTTP front put in this ASGI scope, else `ANONYMOUS`."""
     found = scope.get(SCOPE_KEY)
     return found if isinstance(found, Identity) else ANONYMOUS
+
+
+# (who, front) of the request the current task serves; ("anonymous", "") when none set it.
+CALLER: contextvars.ContextVar[tuple[Identity, str]] = contextvars.ContextVar("agent_bridge_caller", default=(ANONYMOUS, ""))
+
+
+def calling(identity: Identity, front: str) -> None:
+    """Say who the current task serves, through which front (kept by the tasks it starts)."""
+    CALLER.set((identity, front))

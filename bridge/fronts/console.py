@@ -118,8 +118,8 @@ def register(app: HttpApp, root: Path = STATIC) -> None:
     """`GET /` (the page) and `GET /console/{path}` (its modules and styles)."""
     console = _Console(load_assets(root))
     for method in ("GET", "HEAD"):
-        app.add(method, "/", console.index)
-        app.add(method, "/console/{path}", console.file)
+        app.add(method, "/", console.index, public=True)  # static files; the API calls they make are not public
+        app.add(method, "/console/{path}", console.file, public=True)
 
 
 def console_url(bound: list[str]) -> str | None:

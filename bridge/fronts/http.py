@@ -11,6 +11,12 @@ Every request and WebSocket upgrade passes the one browser-safety policy
 (bridge/fronts/http_policy.py: Host, Origin, Content-Type) here, before any handler:
 a front adds only its own extra origins (`origins=`) and, if its clients expect
 another error shape than `{"detail": ...}`, how to say the refusal (`refuse=`).
+
+Then, with `[[auth.issuers]]`, the one authentication step (bridge/fronts/auth.py) on
+every path not registered `public=True`: a valid issuer token puts the caller's
+`Identity` in the scope (`SCOPE_KEY`), a bad one is a 401 here; a path whose front has
+its own static token says so (`static=`) and the front checks that token; any other
+request without a token is a 401 here.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import msgspec
 import trio
 
 from bridge.config import ServerConfig
+from bridge.core.identity import SCOPE_KEY
 from bridge.errors import BridgeError, FrameTooLarge, InvalidRequest, PeerError, codes_for
+from bridge.fronts.auth import AuthRefused, Authenticator
 from bridge.fronts.http_policy import BrowserPolicy, normalize_origins
 
 __all__ = ["HttpApp", "Scope", "header", "read_body", "send_bytes", "send_json"]
@@ -35,8 +43,10 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Handler = Callable[[Scope, Receive, Send, dict[str, str]], Awaitable[None]]
-# How a front says a policy refusal: (send, status, detail).
-Refuse = Callable[[Send, int, str], Awaitable[None]]
+# How a front says a policy or authentication refusal: (send, status, detail, headers=...).
+Refuse = Callable[..., Awaitable[None]]
+# Whether a path's front checks a static token of its own, from the path's named groups.
+Static = Callable[[dict[str, str]], bool]
 
 _json = msgspec.json.Encoder()
 _DEFAULT_SERVER = ServerConfig()
@@ -80,21 +90,29 @@ def header(scope: Scope, name: str) -> str | None:
     return None
 
 
-async def _refuse_json(send: Send, status: int, detail: str) -> None:
-    await send_json(send, status, {"detail": detail})
+async def _refuse_json(send: Send, status: int, detail: str, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    await send_json(send, status, {"detail": detail}, headers=headers)
+
+
+def _no_static(params: dict[str, str]) -> bool:
+    return False
 
 
 class _Route:
-    __slots__ = ("method", "pattern", "handler", "origins", "refuse")
+    __slots__ = ("method", "pattern", "handler", "origins", "refuse", "public", "static", "resource")
 
-    def __init__(self, method: str, path: str, handler: Handler, origins: frozenset[str], refuse: Refuse) -> None:
+    def __init__(self, method: str, path: str, handler: Handler, origins: frozenset[str], refuse: Refuse,
+                 public: bool = False, static: Static = _no_static) -> None:  # fmt: skip
         self.method, self.pattern, self.handler = method, _compile(path), handler
-        self.origins, self.refuse = origins, refuse
+        self.origins, self.refuse, self.public, self.static = origins, refuse, public, static
+        self.resource = "/mcp" if path == "/mcp" else ""  # RFC 9728 §3.1: its own metadata URL
 
 
 class HttpApp:
-    def __init__(self, policy: BrowserPolicy | None = None) -> None:
+    def __init__(self, policy: BrowserPolicy | None = None, auth: Authenticator | None = None) -> None:
         self.policy = policy if policy is not None else BrowserPolicy(_DEFAULT_SERVER)
+        # The issuers' tokens (None: no `[[auth.issuers]]`, only the fronts' static tokens).
+        self.auth = auth if auth is not None and auth.enabled else None
         self._http: list[_Route] = []
         self._ws: list[_Route] = []
         self._background: list[Callable[..., Awaitable[None]]] = []
@@ -102,13 +120,37 @@ class HttpApp:
         # shows routes' health from the same cache as /readyz; None: not checked.
         self.readiness: Any = None
 
-    def add(self, method: str, path: str, handler: Handler, *, origins: Iterable[str] = (), refuse: Refuse | None = None) -> None:
+    def add(self, method: str, path: str, handler: Handler, *, origins: Iterable[str] = (), refuse: Refuse | None = None,
+            public: bool = False, static: Static = _no_static) -> None:  # fmt: skip
         """`path` may hold `{name}` segments; they reach the handler by name. `origins`:
-        browser origins this path accepts beside `[server] allowed_origins` and loopback."""
-        self._http.append(_Route(method, path, handler, normalize_origins(origins), refuse or _refuse_json))
+        browser origins this path accepts beside `[server] allowed_origins` and loopback.
+        `public`: no authentication (agent cards, the console's files, probes with their
+        own operators' token); `static`: whether the front checks its own token there."""
+        self._http.append(_Route(method, path, handler, normalize_origins(origins), refuse or _refuse_json, public, static))
 
     def websocket(self, path: str, handler: Handler, *, origins: Iterable[str] = ()) -> None:
+        """The handler authenticates a client that sends no Authorization header itself
+        (a browser cannot: its first frame carries the token)."""
         self._ws.append(_Route("GET", path, handler, normalize_origins(origins), _refuse_json))
+
+    async def _authenticate(self, route: _Route, scope: Scope, params: dict[str, str]) -> tuple[int, str, str] | None:
+        """None if the request may go on (its identity, if any, in the scope), else
+        (status, detail, WWW-Authenticate)."""
+        auth = self.auth
+        if auth is None or route.public:
+            return None
+        try:
+            identity = await auth.identify(scope)
+        except AuthRefused as exc:
+            if not exc.shaped and route.static(params):
+                return None  # not a JWT at all: the front's own token decides
+            return 401, exc.reason, auth.challenge(scope, exc.reason, resource_path=route.resource)
+        if identity is not None:
+            scope[SCOPE_KEY] = identity
+        elif scope["type"] == "http" and not route.static(params):
+            detail = "a bearer token from a configured issuer is required"
+            return 401, detail, auth.challenge(scope, resource_path=route.resource)
+        return None
 
     def background(self, run: Callable[..., Awaitable[None]]) -> None:
         """`run(task_status=...)` runs beside the listener (lifespan startup to shutdown)."""
@@ -138,8 +180,14 @@ class HttpApp:
                 log.warning("%s %s refused (%d): %s", scope["method"], path, *refusal)
                 await route.refuse(send, *refusal)
                 return
+            params = m.groupdict()
+            refused = await self._authenticate(route, scope, params)
+            if refused is not None:
+                log.warning("%s %s refused (401): %s", scope["method"], path, refused[1])
+                await route.refuse(send, refused[0], refused[1], headers=[("www-authenticate", refused[2])])
+                return
             try:
-                await route.handler(scope, receive, send, m.groupdict())
+                await route.handler(scope, receive, send, params)
             except PeerError as exc:
                 log.warning("%s %s: %s", scope["method"], path, exc.message)
                 await send_json(send, codes_for(exc).http, {"detail": exc.message})
@@ -168,14 +216,18 @@ class HttpApp:
             if m is None:
                 continue
             refusal = self.policy.check(scope, route.origins)
+            challenge: list[tuple[bytes, bytes]] = []
             if refusal is None:
-                await route.handler(scope, receive, send, m.groupdict())
-                return
+                refused = await self._authenticate(route, scope, m.groupdict())
+                if refused is None:
+                    await route.handler(scope, receive, send, m.groupdict())
+                    return
+                refusal, challenge = refused[:2], [(b"www-authenticate", refused[2].encode())]
             log.warning("WebSocket %s refused (%d): %s", scope["path"], *refusal)
             await receive()  # websocket.connect
             if "websocket.http.response" in scope.get("extensions", {}):
                 body = _json.encode({"detail": refusal[1]})
-                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *challenge]
                 await send({"type": "websocket.http.response.start", "status": refusal[0], "headers": headers})
                 await send({"type": "websocket.http.response.body", "body": body})
             else:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import trio
 
 from bridge.backs.base import BackSession
@@ -33,6 +34,8 @@ from bridge.store import SessionRecord, TurnRecord
 __all__ = ["TurnRunner"]
 
 log = logging.getLogger("bridge.session")
+audit = logging.getLogger("bridge.audit")  # one line per turn, its own logger so it can be routed apart
+_audit_json = msgspec.json.Encoder()
 
 
 class TurnRunner:
@@ -140,6 +143,13 @@ class TurnRunner:
         seconds = time.monotonic() - turn.started
         first = turn.first_event_at - turn.started if turn.first_event_at is not None else None
         log.info("turn ended: %s after %.3f s", stop.value, seconds)
+        config = getattr(self.manager, "config", None)  # a test's stand-in manager may have none
+        if config is None or config.auth.audit:
+            who, front = turn.caller
+            # Who, where, how it ended; never what was said (README: "Access control").
+            line = {"who": who.key, "via": who.via, "subject": who.subject, "route": self.record.route, "front": front or self.record.front or "", "session": self.id,
+                    "turn": turn.turn_id, "outcome": stop.value, "error": error.kind if error else None}  # fmt: skip
+            audit.info("audit %s", _audit_json.encode(line).decode())
         if self.manager.observer is not None:
             self.manager.observer.turn_ended(self.record.route, stop.value, seconds, first)
 

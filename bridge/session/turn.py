@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import trio
 
 from bridge.config import Route
+from bridge.core.identity import CALLER
 from bridge.core.content import ContentBlock
 from bridge.core.events import (
     CommandInfo,
@@ -78,6 +79,8 @@ class Turn:
         self.prompt = prompt
         self.message_id = message_id  # the client's own id for its prompt, if its protocol has one
         self.message_meta = message_meta
+        # Who began it, through which front (bridge/core/identity.py `CALLER`): for the audit line.
+        self.caller = CALLER.get()
         self.options = dict(session.record.options)
         self.machine = TurnMachine()
         self.machine.apply(TurnInput.PROMPT)

@@ -47,10 +47,13 @@ from bridge.codecs.a2a_dialect import Binding, Dialect
 from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, codes_for
+from bridge.fronts.a2a.access import TaskAccess
 from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.remote import follow
 from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
+from bridge.core.identity import SCOPE_KEY, calling, of_scope
+from bridge.fronts.auth import static_identity
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
 from bridge.logs import add_secret
 from bridge.schema import a2a as s
@@ -92,17 +95,23 @@ class A2AFront:
         self.manager = manager
         self.tasks = TaskService(config.section(A2AFrontConfig), manager)
         self.push = PushService(config.section(A2AFrontConfig), self.tasks)
+        self.access = TaskAccess(manager, self.tasks)  # [routes.NAME.access] on contexts and tasks
         self._tokens: dict[str, tuple[Route, str | None]] = {}
 
     def register(self, app: HttpApp) -> None:
-        app.add("GET", _CARD_PATH, self.default_card)
+        app.add("GET", _CARD_PATH, self.default_card, public=True)  # cards are public (A2A 1.0 §8.2)
         base = "/a2a/{route}"
-        app.add("GET", base + _CARD_PATH, self.card)
-        # Host, Origin and Content-Type are HttpApp's one policy; its refusals in our shapes.
-        app.add("POST", base, self.rpc, refuse=_refuse_rpc)
-        app.add("POST", base + "/", self.rpc, refuse=_refuse_rpc)
+        app.add("GET", base + _CARD_PATH, self.card, public=True)
+        # Host, Origin and Content-Type are HttpApp's one policy, and so is the issuers'
+        # authentication; its refusals in our shapes. A route's own token is checked here.
+        app.add("POST", base, self.rpc, refuse=_refuse_rpc, static=self._has_token)
+        app.add("POST", base + "/", self.rpc, refuse=_refuse_rpc, static=self._has_token)
         for method, path, op, dialect in REST_ROUTES:
-            app.add(method, base + path, self._rest_handler(op, dialect), refuse=_refuse_rest)
+            app.add(method, base + path, self._rest_handler(op, dialect), refuse=_refuse_rest, static=self._has_token)
+
+    def _has_token(self, params: dict[str, str]) -> bool:
+        route = self.manager.config.routes.get(params.get("route", ""))
+        return route is not None and route.section(A2ARouteConfig).token_required
 
     # -- checks ------------------------------------------------------------------------------
     def _route(self, name: str) -> Route:
@@ -123,7 +132,7 @@ class A2AFront:
 
     def _auth(self, name: str, route: Route, scope: Scope) -> None:
         a = route.section(A2ARouteConfig)
-        if not a.token_required:
+        if not a.token_required or of_scope(scope).via == "jwt":  # an issuer's token: checked by HttpApp
             return
         token = self._token(name, route)
         if a.api_key_header:
@@ -139,6 +148,7 @@ class A2AFront:
             raise _HttpError(401, "authentication required: send the route's token", "UNAUTHENTICATED", challenge)
         if token is None or not hmac.compare_digest(given.encode(), token.encode()):
             raise _HttpError(403, "the token is not valid for this agent", "PERMISSION_DENIED")
+        scope[SCOPE_KEY] = static_identity(f"a2a/{name}")
 
     @staticmethod
     def _content_type(scope: Scope) -> None:
@@ -204,6 +214,7 @@ class A2AFront:
             name=title, description=description, version=route.version, url=f"{self._base(scope)}/a2a/{name}", streaming=True,
             push_notifications=self.push.enabled, extended_card=a.extended_card, auth=auth, skills=skills, provider=provider,
             documentation_url=a.documentation_url, icon_url=a.icon_url,
+            issuers=tuple(i.issuer for i in self.manager.config.auth.issuers),
         )  # fmt: skip
         return publish_card(spec, legacy=legacy)
 
@@ -300,8 +311,10 @@ class A2AFront:
 
     # -- operations ----------------------------------------------------------------------------
     async def _call(self, name: str, route: Route, scope: Scope, op: str, req: Any, dialect: Dialect) -> Any:
+        owner = await self.access.allowed(name, route, of_scope(scope), op, req)
+        calling(of_scope(scope), "a2a")  # the audit line's who (bridge/core/identity.py)
         if op == "send":
-            live = await self.tasks.send(name, req, dialect=dialect.value)
+            live = await self.tasks.send(name, req, dialect=dialect.value, owner=owner)
             config = req.configuration
             if config is None or not config.return_immediately:
                 await live.wait_stopped()
@@ -310,7 +323,7 @@ class A2AFront:
         if op == "get_task":
             return (await self.tasks.task(name, req.id)).snapshot(history_length=_history(req.history_length))
         if op == "list_tasks":
-            return await self.tasks.list(name, req)
+            return await self.access.listable(route, of_scope(scope), await self.tasks.list(name, req))
         if op == "cancel":
             return (await self.tasks.cancel(name, req.id)).snapshot()
         if op == "create_push_config":
@@ -330,9 +343,11 @@ class A2AFront:
 
     async def _open_stream(self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder) -> SseStream:
         """The stream, with its first event queued; errors before it are raised (answered as errors, not SSE)."""
+        owner = await self.access.allowed(name, route, of_scope(scope), op, req)
+        calling(of_scope(scope), "a2a")
         stream = SseStream(encoder, self.cfg.stream_queue_max_events, to_end=op == "subscribe")
         if op == "stream":
-            live = await self.tasks.send(name, req, dialect=encoder.dialect.value)
+            live = await self.tasks.send(name, req, dialect=encoder.dialect.value, owner=owner)
             await self.tasks.publish(live)
             config = req.configuration
             live.attach(stream, history_length=_history(config.history_length if config else None))
@@ -361,20 +376,21 @@ def _log(exc: BridgeError, scope: Scope) -> None:
         log.warning("A2A %s: %s", scope["path"], exc.message)
 
 
-async def _refuse_rpc(send: Any, status: int, detail: str) -> None:
-    """A browser-policy refusal (bridge/fronts/http_policy.py) as a JSON-RPC error."""
+async def _refuse_rpc(send: Any, status: int, detail: str, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    """A browser-policy or authentication refusal (bridge/fronts/http.py) as a JSON-RPC error."""
     if status == 415:
         await send_bytes(send, 415, wire.rpc_error(None, _WrongContentType("ContentTypeNotSupported", detail)))
         return
-    info = {"@type": s.ERROR_INFO_TYPE, "reason": "PERMISSION_DENIED", "domain": "a2a-protocol.org"}
+    reason = "UNAUTHENTICATED" if status == 401 else "PERMISSION_DENIED"
+    info = {"@type": s.ERROR_INFO_TYPE, "reason": reason, "domain": "a2a-protocol.org"}
     error = {"code": codes_for(PeerError("")).a2a, "message": detail, "data": [info]}
-    await send_bytes(send, status, _enc.encode({"jsonrpc": "2.0", "id": None, "error": error}))
+    await send_bytes(send, status, _enc.encode({"jsonrpc": "2.0", "id": None, "error": error}), headers=headers)
 
 
-async def _refuse_rest(send: Any, status: int, detail: str) -> None:
-    """A browser-policy refusal as an HTTP+JSON `google.rpc.Status` body."""
-    reason = "CONTENT_TYPE_NOT_SUPPORTED" if status == 415 else "PERMISSION_DENIED"
-    await _plain_error(send, _HttpError(status, detail, reason))
+async def _refuse_rest(send: Any, status: int, detail: str, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    """A browser-policy or authentication refusal as an HTTP+JSON `google.rpc.Status` body."""
+    reason = {415: "CONTENT_TYPE_NOT_SUPPORTED", 401: "UNAUTHENTICATED"}.get(status, "PERMISSION_DENIED")
+    await _plain_error(send, _HttpError(status, detail, reason, list(headers)))
 
 
 async def _plain_error(send: Any, exc: _HttpError) -> None:

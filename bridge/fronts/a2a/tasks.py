@@ -37,6 +37,7 @@ from typing import Any
 import trio
 
 from bridge.codecs.a2a_server import A2AFault
+from bridge.core.access import OWNER_META
 from bridge.codecs.a2a_answer import answer_for, blocks_of_message
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.fronts.a2a.config import A2AFrontConfig
@@ -77,8 +78,9 @@ class TaskService:
         manager.keep_alive.append(_holds_a_task)  # the daemon's idle reaper leaves those to ours
 
     # -- sending -------------------------------------------------------------------------------
-    async def send(self, route: str, req: s.SendMessageRequest, *, dialect: str = "1.0") -> LiveTask:
-        """Start a task, or continue the interrupted one the message names; returns it running."""
+    async def send(self, route: str, req: s.SendMessageRequest, *, dialect: str = "1.0", owner: dict[str, Any] | None = None) -> LiveTask:
+        """Start a task, or continue the interrupted one the message names; returns it running.
+        `owner`: a new context's meta naming who owns it (bridge/fronts/owners.py)."""
         msg = req.message
         if not msg.parts:
             raise InvalidParams("message.parts must hold at least one part")
@@ -98,7 +100,7 @@ class TaskService:
         if msg.task_id:
             live = await self._continue(route, msg, push, dialect)
         else:
-            live = await self._new_task(route, msg, push, dialect)
+            live = await self._new_task(route, msg, push, dialect, owner)
         if push is not None:
             live.session.stage_task(live.kept.row())
             await live.session.save_record()  # the config is kept with the task
@@ -112,13 +114,15 @@ class TaskService:
             live.session.stage_task(live.kept.row())
             await live.session.save_record()
 
-    async def _new_task(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
+    async def _new_task(
+        self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str, owner: dict[str, Any] | None = None
+    ) -> LiveTask:
         content = blocks_of_message(msg)
         if msg.context_id:
             session = await self._session_for(route, msg.context_id)
             context_id = msg.context_id
         else:
-            session = await self.manager.create(route, front="a2a", lazy=True)
+            session = await self.manager.create(route, front="a2a", lazy=True, meta=owner)
             session.front_state(A2AContext)  # marks it as the A2A front's, stored with it
             context_id = session.id
         refs = list(msg.reference_task_ids or ())
@@ -248,7 +252,8 @@ class TaskService:
 
     async def _side_session(self, route: str, context_id: str, *, primary: Session | None = None) -> Session:
         primary = primary or await self._primary(route, context_id)
-        session = await self.manager.create(route, front="a2a", lazy=True)
+        owner = {OWNER_META: primary.record.meta[OWNER_META]} if OWNER_META in primary.record.meta else None
+        session = await self.manager.create(route, front="a2a", lazy=True, meta=owner)  # the context's owner owns it too
         session.front_state(A2AContext).ctx = context_id
         primary.front_state(A2AContext).side.append(session.id)
         await primary.save_record()

@@ -20,6 +20,7 @@ import base64
 import datetime as dt
 import logging
 import os
+import pwd
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +33,8 @@ from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, er
 from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
+from bridge.core.identity import ANONYMOUS, Identity, calling
+from bridge.fronts import owners
 from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.core.events import (
     CommandsAvailable,
@@ -62,7 +65,7 @@ from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
 from bridge.transport.ndjson import ANSWERED, NdjsonConnection, receive_frames
 
-__all__ = ["AcpConnection", "serve_acp"]
+__all__ = ["AcpConnection", "serve_acp", "unix_identity"]
 
 log = logging.getLogger("bridge.fronts.acp.front")
 
@@ -74,8 +77,18 @@ async def serve_acp(
     config: Config,
     route: str,
 ) -> None:
-    """Serve one ACP client until it closes its end."""
-    await AcpConnection(receive, send, manager=manager, config=config, route=route).run()
+    """Serve one ACP client until it closes its end: over stdio, the user who started us
+    (the editor that spawned this process runs as that user)."""
+    await AcpConnection(receive, send, manager=manager, config=config, route=route, identity=unix_identity(os.getuid())).run()
+
+
+def unix_identity(uid: int) -> Identity:
+    """A Unix user as a caller: its name when the system knows one, else its uid."""
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return Identity(subject=name, via="unix", claims={"uid": uid})
 
 
 class AcpConnection:
@@ -89,7 +102,9 @@ class AcpConnection:
         manager: SessionManager,
         config: Config,
         route: str,
+        identity: Identity = ANONYMOUS,
     ) -> None:
+        self.identity = identity  # the socket peer's Unix user (unix_socket.py); stdio: anonymous
         self.receive = receive
         self.send = send
         self.manager = manager
@@ -278,7 +293,8 @@ class AcpConnection:
         if not os.path.isabs(p.cwd):
             raise InvalidParams(f"cwd must be an absolute path, got {p.cwd!r}")
         meta = {"mcpServers": p.mcp_servers} if p.mcp_servers else {}
-        session = await self.manager.create(self.route_name, front="acp", cwd=p.cwd, meta=meta)
+        owners.check_start(self.manager.config, self.route_name, self.identity)
+        session = await self.manager.create(self.route_name, front="acp", cwd=p.cwd, meta=owners.owned_by(self.identity, meta))
         att = self._attach(session)
         att.release(0)
         self.peer.respond(call.id, self._setup_result(session, acp.NewSessionResult))
@@ -286,7 +302,7 @@ class AcpConnection:
         return ANSWERED
 
     async def _load(self, call: Call, p: acp.LoadSessionParams) -> Any:
-        session = await self.manager.get(p.session_id)
+        session = await owners.get_checked(self.manager, p.session_id, self.identity, "use")
         att = self._attach(session)
         # The whole conversation goes back as updates before the answer (ACP schema,
         # `session/load`); what happens meanwhile waits in the subscriber until `release`.
@@ -309,7 +325,7 @@ class AcpConnection:
         return ANSWERED
 
     async def _resume(self, call: Call, p: acp.LoadSessionParams) -> Any:
-        session = await self.manager.get(p.session_id)
+        session = await owners.get_checked(self.manager, p.session_id, self.identity, "use")
         self._attach(session).release(session.last_seq)
         self.peer.respond(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)
@@ -325,6 +341,7 @@ class AcpConnection:
             route=self.route_name, cwd=p.cwd, limit=page, offset=offset
         )
         nxt = offset + len(records)
+        records = owners.visible(self.manager.config, records, self.identity)  # a page may come short
         return acp.ListSessionsResult(
             sessions=[
                 acp.SessionInfo(
@@ -371,6 +388,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
+        calling(self.identity, "acp")  # the audit line's who (bridge/core/identity.py)
         turn = await session.begin_turn([block_in(b) for b in p.prompt])
         self.prompts[call.id] = session
         assert self._nursery is not None

@@ -21,13 +21,15 @@ import logging
 import os
 import socket
 import stat
+import struct
 from typing import Any
 
 import msgspec
 import trio
 
 from bridge.codecs import safejson
-from bridge.fronts.acp.front import AcpConnection
+from bridge.core.identity import ANONYMOUS, Identity
+from bridge.fronts.acp.front import AcpConnection, unix_identity
 from bridge.session import SessionManager
 
 __all__ = ["AcpSocketFront", "bind_unix"]
@@ -193,9 +195,22 @@ class AcpSocketFront:
         if not self.manager.accepting:
             await _answer(stream, {"error": self.manager.refusal})
             return
+        who = peer_identity(stream.socket)
         await _answer(stream, {"ok": True, "route": name})
-        log.info("ACP client connected on the unix socket", extra={"route": name})
-        await AcpConnection(_Prefixed(rest, stream), stream, manager=self.manager, config=config, route=name).run()
+        log.info("ACP client connected on the unix socket (%s)", who.subject, extra={"route": name})
+        conn = AcpConnection(_Prefixed(rest, stream), stream, manager=self.manager, config=config, route=name, identity=who)
+        await conn.run()
+
+
+def peer_identity(sock: Any) -> Identity:
+    """The connecting process's Unix user (SO_PEERCRED, socket(7)): who the kernel says
+    it is, whatever it claims; its user name when the system knows one, else its uid."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+    except (OSError, AttributeError, struct.error):  # not Linux, or not a unix socket
+        return ANONYMOUS
+    return unix_identity(uid)
 
 
 async def _answer(stream: trio.SocketStream, body: dict[str, Any]) -> None:

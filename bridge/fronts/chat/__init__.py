@@ -25,7 +25,7 @@ def _register(app: HttpApp, config: Config, manager: SessionManager) -> None:
     from bridge.fronts.chat.ws import WsFront
 
     cfg = config.section(WsFrontConfig)
-    access = Access(cfg, config.server)
+    access = Access(cfg, config.server, app.auth)
     streams = ChatStreams(cfg, manager)
     ws = WsFront(config, manager, streams, access)
     app.websocket("/ws", ws, origins=access.origins)
@@ -43,12 +43,13 @@ def _register_canonical(app: HttpApp, config: Config, manager: SessionManager, a
     slots = Slots(canonical.cfg.max_event_streams)
     own = api.access.origins
     base = "/api/sessions/{session_id}"
-    app.add("GET", base + "/events", sse_handler(api, slots, canonical.open_events, canonical.serve_events), origins=own)
-    app.add("GET", "/api/changes", sse_handler(api, slots, feed.open, feed.serve), origins=own)
+    static = api.access.static
+    app.add("GET", base + "/events", sse_handler(api, slots, canonical.open_events, canonical.serve_events), origins=own, static=static)
+    app.add("GET", "/api/changes", sse_handler(api, slots, feed.open, feed.serve), origins=own, static=static)
     for verb in ("prompt", "answer", "cancel"):
-        app.add("POST", f"{base}/{verb}", api.endpoint(getattr(canonical, verb)), origins=own)
+        app.add("POST", f"{base}/{verb}", api.endpoint(getattr(canonical, verb)), origins=own, static=static)
     for path in (base + "/events", "/api/changes", *(f"{base}/{v}" for v in ("prompt", "answer", "cancel"))):
-        app.add("OPTIONS", path, api.preflight, origins=own)
+        app.add("OPTIONS", path, api.preflight, origins=own, public=True)  # a CORS preflight carries no credentials
 
 
 def _secrets(cfg: WsFrontConfig) -> SecretRefs:

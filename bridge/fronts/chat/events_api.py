@@ -34,6 +34,8 @@ import trio
 from bridge.codecs import safejson
 from bridge.codecs.sse import encode_event
 from bridge.config import Config
+from bridge.core.identity import calling, of_scope
+from bridge.fronts import owners
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import Event
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
@@ -227,7 +229,7 @@ class CanonicalApi:
     async def open_events(self, scope: Scope, params: dict[str, str]) -> tuple[Any, int, int | None]:
         q = query_ints(scope, ("after", "tail_turns", "through"))
         last_id = header(scope, "last-event-id")
-        session = await self.manager.get(params["session_id"])  # NotFound: 404 before the stream
+        session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "watch")  # NotFound: 404 before the stream
         if last_id is not None and last_id.strip().isdigit():
             start = int(last_id.strip())
         elif "after" in q:
@@ -290,20 +292,21 @@ class CanonicalApi:
         if (req.text is None) == (req.content is None):
             raise InvalidParams("give either text or content (a list of content blocks)")
         content = req.content if req.content is not None else [TextContent(text=req.text)]
-        session = await self.manager.get(params["session_id"])
+        session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "use")
+        calling(of_scope(scope), "chat")  # the audit line's who (bridge/core/identity.py)
         turn = await session.begin_turn(content)  # Busy: 409; a bad /command: 400
         return 202, {"turn_id": turn.turn_id}, []
 
     async def answer(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
         req = _decode(_answer, await read_body(receive, self.max_body))
-        session = await self.manager.get(params["session_id"])
+        session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "answer")
         # NotFound (no such open question): 404; an answer that does not fit it: 400.
         await session.send_answer(req.question_id, selected=req.selected, text=req.text, values=req.values)
         return 200, {"answered": True}, []
 
     async def cancel(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
         await read_body(receive, self.max_body)
-        session = await self.manager.get(params["session_id"])
+        session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "use")
         return 200, {"cancelled": await session.send_cancel()}, []
 
 

@@ -22,6 +22,8 @@ import msgspec
 import trio
 
 from bridge.codecs.sse import encode_event
+from bridge.core.identity import ANONYMOUS, Identity, of_scope
+from bridge.fronts import owners
 from bridge.fronts.chat.events_api import CanonicalApi, query_ints
 from bridge.fronts.chat.sse_out import SseOut
 from bridge.fronts.chat.views import SessionViews
@@ -73,22 +75,23 @@ class ChangeFeed:
         self.manager = canonical.manager
         self.views = SessionViews(canonical.manager)
 
-    async def open(self, scope: Scope, params: dict[str, str]) -> None:
+    async def open(self, scope: Scope, params: dict[str, str]) -> Identity:
         query_ints(scope, ())  # no parameter: one named is a mistake (400)
+        return of_scope(scope)  # it sees the sessions it may list (bridge/fronts/owners.py)
 
-    async def serve(self, opened: None, send: Any, receive: Any, cors: list[tuple[str, str]]) -> None:
+    async def serve(self, opened: Identity, send: Any, receive: Any, cors: list[tuple[str, str]]) -> None:
         out = self.canonical.out()
         pending = _Pending(self.canonical.cfg.changes_max_pending)
         out.on_close = self.manager.changes.listen(pending)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._run, pending, out)
+            nursery.start_soon(self._run, pending, out, opened)
             try:
                 await self.canonical.serve_out(out, send, receive, cors)
             finally:
                 out.close()
                 nursery.cancel_scope.cancel()
 
-    async def _run(self, pending: _Pending, out: SseOut) -> None:
+    async def _run(self, pending: _Pending, out: SseOut, who: Identity = ANONYMOUS) -> None:
         while not out.closed:
             await pending.wait()
             if pending.reset:
@@ -97,7 +100,7 @@ class ChangeFeed:
             batch, pending.dirty = pending.dirty, {}
             try:
                 for session_id, deleted in batch.items():
-                    frame = await self._frame(session_id, deleted)
+                    frame = await self._frame(session_id, deleted, who)
                     if frame is not None:
                         out.put(frame)
             except Exception:  # the store failed (or our bug): this client's feed ends; it reconnects
@@ -106,11 +109,13 @@ class ChangeFeed:
                 return
             await trio.sleep(COALESCE_S)  # what changes meanwhile waits: one batch per COALESCE_S
 
-    async def _frame(self, session_id: str, deleted: bool) -> bytes | None:
+    async def _frame(self, session_id: str, deleted: bool, who: Identity = ANONYMOUS) -> bytes | None:
         if deleted:
             return encode_event(_enc.encode({"session_id": session_id}), event="deleted")
         live = self.manager.live(session_id)
         record = live.record if live is not None else await self.manager.store.get_session(session_id)
         if record is None:  # deleted (said already), or never stored (a lazy session that closed)
+            return None
+        if not owners.visible(self.manager.config, [record], who):
             return None
         return encode_event(_enc.encode(self.views.info(record)), event="session")

@@ -46,6 +46,8 @@ import trio
 
 from bridge.codecs import safejson
 from bridge.config import Config
+from bridge.core.identity import of_scope
+from bridge.fronts import owners
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
@@ -184,7 +186,9 @@ class RestApi:
             raise InvalidParams(f"name a route: {sorted(routes)}")
         if route not in routes:
             raise NotFound(f"no route named {route[:80]!r}; routes are {sorted(routes)}")
-        session = await self.manager.create(route, front="chat")
+        who = of_scope(scope)
+        owners.check_start(self.manager.config, route, who)
+        session = await self.manager.create(route, front="chat", meta=owners.owned_by(who))
         if req.intent:
             session.front_state(ChatSessionState).intent = req.intent
             session.record.title = " ".join(req.intent.split())[:80] or None
@@ -204,6 +208,8 @@ class RestApi:
         records, total = await store.list_sessions(
             limit=limit, offset=offset, route=route, front=_str(query, "front"), status=_str(query, "status"), q=_str(query, "q")
         )
+        # Access rules filter the store's page: a page may hold fewer than `limit` (README: "Access control").
+        records = owners.visible(self.manager.config, records, of_scope(scope))
         body: dict[str, Any] = {"sessions": [self.views.info(r) for r in records], "total": total, "limit": limit, "offset": offset}
         if counts:
             body["counts"] = await store.count_sessions()
@@ -211,6 +217,7 @@ class RestApi:
 
     async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
         record = await self._record(params["session_id"])
+        owners.check(self.manager.config, record, of_scope(scope), "watch")
         live = self.manager.live(record.session_id)
         info = self.views.info(record)
         info["commands"] = command_dicts(self.views.commands(record))
@@ -221,6 +228,8 @@ class RestApi:
         self, scope: Scope, receive: Any, params: dict[str, str]
     ) -> tuple[int, Any, list[tuple[str, str]]]:
         session_id = params["session_id"]
+        if owners.ruled(self.manager.config):
+            owners.check(self.manager.config, await self._record(session_id), of_scope(scope), "watch")
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         limit = _int(query, "limit", _PAGE_RUNS, 1, _MAX_PAGE_RUNS)
         turns, sequence, older = await self.streams.transcript(session_id, limit=limit, before=_before(query))
@@ -235,7 +244,7 @@ class RestApi:
         self, scope: Scope, receive: Any, params: dict[str, str]
     ) -> tuple[int, Any, list[tuple[str, str]]]:
         session_id = params["session_id"]
-        await self._record(session_id)
+        owners.check(self.manager.config, await self._record(session_id), of_scope(scope), "use")
         self.streams.forget(session_id)
         live = self.manager.live(session_id)
         if live is not None:
@@ -259,12 +268,13 @@ class RestApi:
 def register(app: HttpApp, config: Config, manager: SessionManager, streams: ChatStreams, access: Access) -> RestApi:
     api = RestApi(config, manager, streams, access)
     own = access.origins  # [ws] allowed_origins, beside the listener's policy
-    app.add("POST", "/api/sessions", api.endpoint(api.create), origins=own)
-    app.add("GET", "/api/sessions", api.endpoint(api.index), origins=own)
-    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get), origins=own)
-    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete), origins=own)
-    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages), origins=own)
-    app.add("GET", "/api/routes", api.endpoint(RoutesApi(manager, api.views, app.readiness).index), origins=own)
+    static = access.static  # the front's own token, when it has one; an issuer's: HttpApp
+    app.add("POST", "/api/sessions", api.endpoint(api.create), origins=own, static=static)
+    app.add("GET", "/api/sessions", api.endpoint(api.index), origins=own, static=static)
+    app.add("GET", "/api/sessions/{session_id}", api.endpoint(api.get), origins=own, static=static)
+    app.add("DELETE", "/api/sessions/{session_id}", api.endpoint(api.delete), origins=own, static=static)
+    app.add("GET", "/api/sessions/{session_id}/messages", api.endpoint(api.messages), origins=own, static=static)
+    app.add("GET", "/api/routes", api.endpoint(RoutesApi(manager, api.views, app.readiness).index), origins=own, static=static)
     for path in ("/api/sessions", "/api/sessions/{session_id}", "/api/sessions/{session_id}/messages", "/api/routes"):
-        app.add("OPTIONS", path, api.preflight, origins=own)
+        app.add("OPTIONS", path, api.preflight, origins=own, public=True)  # a CORS preflight carries no credentials
     return api

@@ -44,6 +44,7 @@ import msgspec
 import trio
 
 from bridge.config import Config
+from bridge.core.identity import of_scope
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.errors import PeerError, codes_for
 from bridge.fronts.chat.access import Access
@@ -116,7 +117,7 @@ class WsFront:
             else:
                 await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
             return
-        conn = WsConnection(self, receive, send, authed=authed, peer=_peer(scope))
+        conn = WsConnection(self, receive, send, authed=authed, peer=_peer(scope), identity=of_scope(scope))
         try:
             await conn.run()
         except Exception:

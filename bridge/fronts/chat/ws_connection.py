@@ -18,6 +18,9 @@ import trio
 
 from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
+from bridge.core.access import Action
+from bridge.core.identity import ANONYMOUS, Identity, calling
+from bridge.fronts import owners
 from bridge.errors import (
     AuthRequired,
     BridgeError,
@@ -102,12 +105,16 @@ class WsConnection:
     __slots__ = (
         "front", "cfg", "receive", "send", "authed", "_authed", "outbox", "subs", "close_code",
         "close_reason", "_flush", "sending_since", "_tokens", "_refilled", "_nursery", "sender",
-        "_writing", "_ping_due", "_heard", "peer",
+        "_writing", "_ping_due", "_heard", "peer", "identity",
     )  # fmt: skip
 
-    def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool, peer: str = "an unknown peer") -> None:
+    def __init__(
+        self, front: Any, receive: Any, send: Any, *, authed: bool, peer: str = "an unknown peer",
+        identity: Identity = ANONYMOUS,
+    ) -> None:
         self.front = front
         self.peer = peer  # "host:port" of the client, for our log lines (its WARNINGs name it)
+        self.identity = identity  # who authenticated: the upgrade's, or the first frame's
         self.cfg = front.cfg
         self.receive = receive
         self.send = send
@@ -340,8 +347,10 @@ class WsConnection:
                     return
                 raise ParseError(f"invalid JSON: {exc}") from exc
             if not self.authed:
-                if frame.auth is None or not self.front.access.token_ok(frame.auth.token):
+                identity = await self.front.access.identify_token(frame.auth.token if frame.auth is not None else None)
+                if frame.auth is None or identity is None:
                     raise AuthRequired("the first frame must carry a valid auth.token")
+                self.identity = identity
                 self.authed = True
                 if self._authed is not None:
                     self._authed.set()
@@ -380,13 +389,13 @@ class WsConnection:
         elif event == "chat:send":
             await self._send(p)
         elif event == "chat:stop":
-            session = await self.front.manager.get(p.session_id)
+            session = await owners.get_checked(self.front.manager, p.session_id, self.identity, "use")
             await session.send_cancel()  # the run ends with chat:end status "interrupted"
 
-    async def _subscribe(self, session_id: str, after: int | None, *, ack: bool) -> Any:
+    async def _subscribe(self, session_id: str, after: int | None, *, ack: bool, action: Action = "watch") -> Any:
         if session_id not in self.subs and len(self.subs) >= self.cfg.max_subscriptions:
             raise InvalidRequest(f"at most {self.cfg.max_subscriptions} subscriptions per connection")
-        session = await self.front.manager.get(session_id)
+        session = await owners.get_checked(self.front.manager, session_id, self.identity, action)
         if session_id in self.subs:
             self.front.streams.unwatch(session_id, self)
         self.subs[session_id] = session
@@ -404,9 +413,10 @@ class WsConnection:
         return session
 
     async def _send(self, p: chat.SendMessage) -> None:
-        session = await self.front.manager.get(p.session_id)
+        action: Action = "answer" if p.askuser_answer is not None else "use"
+        session = await owners.get_checked(self.front.manager, p.session_id, self.identity, action)
         if self.subs.get(p.session_id) is not session:  # the sender hears its run
-            session = await self._subscribe(p.session_id, None, ack=False)
+            session = await self._subscribe(p.session_id, None, ack=False, action=action)
         if p.askuser_answer is not None:
             await self._answer(session, p.askuser_answer)
             return
@@ -423,6 +433,7 @@ class WsConnection:
         headless = p.headless or p.output_schema is not None
         # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
         meta = run_meta(chat.RunOptions(headless=True, output_schema=p.output_schema)) if headless else None
+        calling(self.identity, "chat")  # the audit line's who (bridge/core/identity.py)
         await session.begin_turn(content, record_meta=meta)
 
     async def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:

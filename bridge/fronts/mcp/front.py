@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from bridge import __version__
 from bridge.codecs.numbers import small_int
 from bridge.config import Config
+from bridge.core.identity import of_scope
 from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.errors import PromptError
 from bridge.fronts.mcp import tools as mcp_tools
@@ -231,7 +232,10 @@ class McpFront:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if not self._tools_on or params.name not in self.manager.config.routes:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-        return await mcp_tools.call(self.manager, params.name, params.arguments or {}, ctx, self.config.section(McpFrontConfig).progress_interval_s)
+        # The caller HttpApp authenticated, in the ASGI scope the SDK's request carries (stdio: anonymous).
+        who = of_scope(getattr(getattr(ctx, "request", None), "scope", None) or {})
+        interval = self.config.section(McpFrontConfig).progress_interval_s
+        return await mcp_tools.call(self.manager, params.name, params.arguments or {}, ctx, interval, who)
 
 
 def _offset(cursor: str | None, total: int) -> int:

@@ -7,7 +7,10 @@ The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
   (bridge/fronts/http_policy.py: Host, Origin, Content-Type), with `[mcp]
   allowed_origins` added for this path and its refusals said as JSON-RPC errors; then,
   with a token (`[mcp]`'s, else the listener's `[ws]` one), `Authorization: Bearer`
-  must carry it (401).
+  must carry it (401). With `[[auth.issuers]]`, `HttpApp` checks an issuer's token first
+  (bridge/fronts/auth.py) and answers 401 with the RFC 9728 `resource_metadata`
+  challenge; `/.well-known/oauth-protected-resource[/mcp]` says which issuers
+  (bridge/fronts/resource_metadata.py), so an MCP client can sign in by itself.
 - The SDK is imported in a worker thread when the listener starts (~0.75 s, so the
   daemon's start does not wait for it); a request that comes first waits for it.
 - Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
@@ -26,10 +29,13 @@ import msgspec
 import trio
 
 from bridge.config import Config
+from bridge.core.identity import SCOPE_KEY, of_scope
+from bridge.fronts.auth import static_identity
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.fronts.http import HttpApp, Scope, header
 from bridge.fronts.mcp.ids import IdGate
+from bridge.fronts.resource_metadata import ResourceMetadata
 from bridge.prompts.registry import load_module
 from bridge.session import SessionManager
 
@@ -42,8 +48,13 @@ _READY_WAIT_S = 30.0
 
 def register(app: HttpApp, config: Config, manager: SessionManager) -> McpHttp:
     front = McpHttp(config, manager)
+    origins = config.section(McpFrontConfig).allowed_origins
     for method in ("POST", "GET", "DELETE"):
-        app.add(method, "/mcp", front, origins=config.section(McpFrontConfig).allowed_origins, refuse=_refuse)
+        app.add(method, "/mcp", front, origins=origins, refuse=_refuse, static=lambda params: front._token_required)
+    if app.auth is not None:  # RFC 9728 §3: where an MCP client finds the issuers (MCP 2025-11-25 Authorization)
+        metadata = ResourceMetadata(app.auth)
+        app.add("GET", "/.well-known/oauth-protected-resource", metadata.root, public=True)
+        app.add("GET", "/.well-known/oauth-protected-resource/mcp", metadata.mcp, public=True)
     app.background(front.run)
     return front
 
@@ -108,12 +119,13 @@ class McpHttp:
 
     # -- requests -----------------------------------------------------------------------
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
-        if self._token_required:
+        if self._token_required and of_scope(scope).via != "jwt":  # an issuer's token: checked by HttpApp
             value = header(scope, "authorization") or ""
             scheme, _, token = value.partition(" ")
             good = self._token is not None and scheme.lower() == "bearer"
             if not (good and hmac.compare_digest(token.strip().encode(), self._token.encode())):  # type: ignore[union-attr]
                 return 401, "a valid bearer token is required"
+            scope[SCOPE_KEY] = static_identity("mcp")
         return None
 
     async def __call__(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
@@ -152,11 +164,13 @@ def _shielded(send: Any) -> Any:
     return send_shielded
 
 
-async def _refuse(send: Any, status: int, message: str) -> None:
+async def _refuse(send: Any, status: int, message: str, *, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
     """A JSON-RPC error without an id, as the SDK answers refusals (MCP 2025-11-25, Transports: Streamable HTTP)."""
     body = msgspec.json.encode({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers]
+    if status == 401 and not headers:
+        raw.append((b"www-authenticate", b"Bearer"))
+    headers = raw  # type: ignore[assignment]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

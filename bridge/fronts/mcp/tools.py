@@ -56,7 +56,9 @@ from bridge.core.events import (
     ToolCallStarted,
     TurnEnded,
 )
+from bridge.core.identity import ANONYMOUS, Identity, calling
 from bridge.errors import BridgeError, InvalidParams, NotFound
+from bridge.fronts import owners
 from bridge.fronts.mcp.elicit import answer_of, can_elicit, form_of
 from bridge.session import Session, SessionManager
 
@@ -181,7 +183,7 @@ def _error(message: str, **structured: Any) -> types.CallToolResult:
 
 
 async def call(
-    manager: SessionManager, route: str, arguments: dict[str, Any], ctx: Any, progress_interval_s: float
+    manager: SessionManager, route: str, arguments: dict[str, Any], ctx: Any, progress_interval_s: float, who: Identity = ANONYMOUS
 ) -> types.CallToolResult:
     prompt = arguments.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
@@ -189,16 +191,18 @@ async def call(
     session_id = arguments.get("session_id")
     try:
         if isinstance(session_id, str) and session_id:
-            session = await manager.get(session_id)
+            session = await owners.get_checked(manager, session_id, who, "use")
             if session.record.route != route:
                 return _error(f"session {session_id} belongs to tool {session.record.route!r}, not {route!r}")
         else:
-            session = await manager.create(route, front="mcp", cwd=os.getcwd())
+            owners.check_start(manager.config, route, who)
+            session = await manager.create(route, front="mcp", cwd=os.getcwd(), meta=owners.owned_by(who))
     except BridgeError as exc:
         return _error(exc.message)
     collector = _Collector()
     unsubscribe = session.subscribe(collector)
     try:
+        calling(who, "mcp")  # the audit line's who (bridge/core/identity.py)
         return await _one_turn(session, collector, prompt, ctx, progress_interval_s)
     finally:
         unsubscribe()

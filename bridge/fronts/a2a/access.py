@@ -1,0 +1,74 @@
+"""[routes.NAME.access] on the A2A front: a context is a session, a task is in one.
+
+A message starting a context needs `start` and makes the caller its owner (side
+sessions of the context share that owner); a message to a context or an interrupted
+task needs `use`; GetTask and SubscribeToTask `watch`; CancelTask and push configs
+`use`; ListTasks leaves out the tasks of contexts the caller may not `list` (a page may
+come short). The rules are bridge/core/access.py's, asked through bridge/fronts/owners.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from bridge.config import Route
+from bridge.core.access import Action
+from bridge.core.identity import Identity
+from bridge.errors import Forbidden, NotFound
+from bridge.fronts import owners
+
+__all__ = ["TaskAccess"]
+
+
+class TaskAccess:
+    __slots__ = ("manager", "tasks")
+
+    def __init__(self, manager: Any, tasks: Any) -> None:
+        self.manager, self.tasks = manager, tasks
+
+    async def allowed(self, name: str, route: Route, who: Identity, op: str, req: Any) -> dict[str, Any] | None:
+        """Check the caller may do `op`; for a message starting a context, its owner meta."""
+        if op in ("send", "stream"):
+            msg = req.message
+            if msg.task_id:
+                await self._check_task(name, route, msg.task_id, who, "use")
+            elif msg.context_id:
+                await self._check_session(route, msg.context_id, who, "use")
+            else:
+                owners.check_start(self.manager.config, name, who)
+            return owners.owned_by(who)
+        task_id = {"get_task": "id", "cancel": "id", "subscribe": "id"}.get(op)
+        if task_id is not None:
+            await self._check_task(name, route, getattr(req, task_id), who, "watch" if op != "cancel" else "use")
+        elif op.endswith("_push_config") or op == "list_push_configs":
+            await self._check_task(name, route, getattr(req, "task_id", ""), who, "use")
+        return None
+
+    async def _check_task(self, name: str, route: Route, task_id: str, who: Identity, action: Action) -> None:
+        if route.access is not None:
+            kept = await self.tasks.kept(name, task_id)  # NotFound: an unknown task
+            await self._check_session(route, kept.record.session_id, who, action)
+
+    async def _check_session(self, route: Route, session_id: str, who: Identity, action: Action) -> None:
+        if route.access is None:
+            return
+        live = self.manager.live(session_id)
+        record = live.record if live is not None else await self.manager.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown context {session_id!r}")
+        owners.check(self.manager.config, record, who, action)
+
+    async def listable(self, route: Route, who: Identity, page: Any) -> Any:
+        """ListTasks without the tasks of contexts the caller may not list (a short page)."""
+        if route.access is None:
+            return page
+        kept = []
+        for task in page.tasks:
+            try:
+                await self._check_session(route, task.context_id, who, "list")
+            except (NotFound, Forbidden):
+                continue
+            kept.append(task)
+        return msgspec.structs.replace(page, tasks=kept)

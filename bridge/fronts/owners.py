@@ -1,0 +1,80 @@
+"""Access rules at the fronts: who owns a session, and whether a caller may touch it.
+
+Every front asks here, with the caller's `Identity` (bridge/core/identity.py: from the
+ASGI scope on HTTP fronts, the connection on /ws, the socket peer on ACP) and the
+session's record, before it lists, watches, uses or answers a session; the rules
+themselves are pure (bridge/core/access.py, `[routes.NAME.access]`).
+
+A caller that may neither watch nor list a session is told it does not exist
+(NotFound, the same answer as for an id nobody has), so ids of others' sessions are not
+confirmed; one that may watch but not do the thing asked gets Forbidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from bridge.config import Config
+from bridge.core.access import OWNER_META, Action, may, owner_of
+from bridge.core.identity import Identity
+from bridge.errors import Forbidden, NotFound
+
+__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "visible"]
+
+_R = TypeVar("_R")
+
+
+def ruled(config: Config) -> bool:
+    """Whether any route has an access table (else no check needs the stored record)."""
+    return any(r.access is not None for r in config.routes.values())
+
+
+def owned_by(identity: Identity, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A new session's meta, naming its owner."""
+    return {**(meta or {}), OWNER_META: identity.key}
+
+
+def check_start(config: Config, route: str, identity: Identity) -> None:
+    """Forbidden unless `identity` may start sessions on `route`."""
+    found = config.routes.get(route)
+    if found is not None and not may(found.access, identity, "start"):
+        raise Forbidden(f"{identity.subject!r} may not start sessions on route {route!r}")
+
+
+def check(config: Config, record: Any, identity: Identity, action: Action) -> None:
+    """NotFound or Forbidden unless `identity` may do `action` with the session of `record`
+    (a SessionRecord: its `route`, `session_id` and `meta`)."""
+    route = config.routes.get(record.route)
+    access = route.access if route is not None else None
+    if access is None:
+        return
+    owner = owner_of(record.meta)
+    if may(access, identity, action, owner):
+        return
+    if action not in ("watch", "list") and (may(access, identity, "watch", owner) or may(access, identity, "list", owner)):
+        raise Forbidden(f"{identity.subject!r} may not {action} session {record.session_id}")
+    raise NotFound(f"unknown session {record.session_id!r}")
+
+
+async def get_checked(manager: Any, session_id: str, identity: Identity, action: Action) -> Any:
+    """`manager.get(session_id)` once `identity` may do `action` with it. The check reads
+    the stored record first, so a refused caller never starts someone else's session
+    (nor its back)."""
+    if ruled(manager.config):
+        live = manager.live(session_id)
+        record = live.record if live is not None else await manager.store.get_session(session_id)
+        if record is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        check(manager.config, record, identity, action)
+    return await manager.get(session_id)
+
+
+def visible(config: Config, records: Iterable[_R], identity: Identity) -> list[_R]:
+    """The records `identity` may see in a listing."""
+    out: list[_R] = []
+    for record in records:
+        route = config.routes.get(record.route)  # type: ignore[attr-defined]
+        if route is None or route.access is None or may(route.access, identity, "list", owner_of(record.meta)):  # type: ignore[attr-defined]
+            out.append(record)
+    return out

@@ -1,0 +1,190 @@
+"""`[routes.NAME.access]` end to end, on a real `agent-bridge serve` with a local issuer.
+
+alice (no group) owns her sessions; carol (no group) may not list, watch, use or
+answer them on any front (REST, the canonical events API, /ws, A2A contexts and tasks,
+MCP); bob (group "ops") may, as the rules say. A session opened by `agent-bridge acp
+--connect` is owned by the test's Unix user (SO_PEERCRED), and the audit log names who
+ran each turn on which front.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+from trio_websocket import open_websocket_url
+
+from tests.daemon_support import ACP_SDK_CLIENT, Daemon, start_daemon
+from tests.test_chat_events_api import Sse
+from tests.issuer_support import issuer_toml, running_issuer
+
+CEILING_S = 120
+_OPS = '[{ claim = "groups", contains = "ops" }]'
+
+
+def _config(tmp_path: Path, issuer_text: str) -> str:
+    return f"""
+[server]
+listen = "127.0.0.1:0"
+graceful_timeout_s = 1
+
+[daemon]
+acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
+
+[routes.team]
+back = {{ kind = "demo", chunk_delay_s = 0 }}
+[routes.team.access]
+start = [{{ claim = "via", equals = "jwt" }}, {{ claim = "via", equals = "unix" }}]
+list = {_OPS}
+watch = {_OPS}
+use = {_OPS}
+answer = {_OPS}
+
+{issuer_text}
+"""
+
+
+def _h(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+
+
+def _send(text: str, **ids: str) -> dict[str, Any]:
+    msg = {"messageId": f"m{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}], **ids}
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg}}
+
+
+async def _ws_subscribe(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    async with open_websocket_url(d.url.replace("http://", "ws://") + "/ws", extra_headers=[("Authorization", f"Bearer {token}")]) as ws:
+        await ws.send_message(json.dumps({"event": "session:subscribe", "data": {"session_id": sid}}))
+        return json.loads(await ws.get_message())
+
+
+async def _ws_send(d: Daemon, token: str, sid: str) -> dict[str, Any]:
+    async with open_websocket_url(d.url.replace("http://", "ws://") + "/ws", extra_headers=[("Authorization", f"Bearer {token}")]) as ws:
+        await ws.send_message(json.dumps({"event": "chat:send", "data": {"session_id": sid, "message": "hi"}}))
+        while True:
+            frame = json.loads(await ws.get_message())
+            if frame["event"] in ("system:error", "chat:end"):
+                return frame
+
+
+async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_group_can(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, _config(tmp_path, issuer_toml(issuer))) as d:
+            alice, carol, bob = issuer.mint("alice"), issuer.mint("carol"), issuer.mint("bob", groups=["ops"])
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                # -- REST and the canonical API.
+                r = await h.post("/api/sessions", json={"route": "team"}, headers=_h(alice))
+                assert r.status_code == 200, r.text
+                sid = r.json()["session_id"]
+                r = await h.post(f"/api/sessions/{sid}/prompt", json={"text": "mine"}, headers=_h(alice))
+                assert r.status_code == 202, r.text
+                listed = lambda r: [s["session_id"] for s in r.json()["sessions"]]  # noqa: E731
+                assert sid in listed(await h.get("/api/sessions", headers=_h(alice)))
+                assert sid not in listed(await h.get("/api/sessions", headers=_h(carol)))
+                assert sid in listed(await h.get("/api/sessions", headers=_h(bob)))
+                for method, path, body in (("GET", "", None), ("GET", "/messages", None), ("POST", "/prompt", {"text": "x"}),
+                                           ("POST", "/cancel", {}), ("POST", "/answer", {"question_id": "q"}),
+                                           ("DELETE", "", None)):  # fmt: skip
+                    r = await h.request(method, f"/api/sessions/{sid}{path}", json=body, headers=_h(carol))
+                    assert r.status_code == 404, (method, path, r.text)
+                r = await h.get(f"/api/sessions/{sid}/events", params={"through": 0}, headers=_h(carol))
+                assert r.status_code == 404, r.text
+                r = await h.get(f"/api/sessions/{sid}/messages", headers=_h(bob))
+                assert r.status_code == 200 and "mine" in r.text, r.text
+                r = await h.get(f"/api/sessions/{sid}/events", params={"through": 0}, headers=_h(bob))
+                assert r.status_code == 200 and "caught_up" in r.text, r.text
+
+                # -- A question in alice's session: carol may not answer it, bob (ops) may.
+                r = await h.post(f"/api/sessions/{sid}/prompt", json={"text": "ask: tidy"}, headers=_h(alice))
+                assert r.status_code == 202, r.text
+                async with h.stream("GET", f"/api/sessions/{sid}/events", headers=_h(alice)) as resp:
+                    sse = Sse(resp)
+                    asked = json.loads((await sse.until(lambda e: e.event == "question_asked"))[-1].data)["question"]
+                    answer = {"question_id": asked["id"], "selected": ["allow"]}
+                    r = await h.post(f"/api/sessions/{sid}/answer", json=answer, headers=_h(carol))
+                    assert r.status_code == 404, r.text
+                    r = await h.post(f"/api/sessions/{sid}/answer", json=answer, headers=_h(bob))
+                    assert r.status_code == 200 and r.json() == {"answered": True}, r.text
+                    await sse.until(lambda e: e.event == "turn_ended")
+
+                # -- /ws: carol can neither watch nor send; bob can.
+                frame = await _ws_subscribe(d, carol, sid)
+                assert frame["event"] == "system:error" and frame["data"]["code"] == "not_found", frame
+                frame = await _ws_send(d, carol, sid)
+                assert frame["event"] == "system:error" and frame["data"]["code"] == "not_found", frame
+                assert (await _ws_subscribe(d, bob, sid))["event"] == "session:subscribed"
+                assert (await _ws_send(d, bob, sid))["data"]["status"] == "completed"
+
+                # -- A2A: a context and its task.
+                r = await h.post("/a2a/team", json=_send("a2a mine"), headers=_h(alice))
+                task = r.json()["result"]["task"]
+                ctx, task_id = task["contextId"], task["id"]
+                r = await h.post("/a2a/team", json=_send("intrude", contextId=ctx), headers=_h(carol))
+                assert "error" in r.json() and "unknown" in r.json()["error"]["message"], r.text
+                get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}
+                r = await h.post("/a2a/team", json=get, headers=_h(carol))
+                assert r.json()["error"]["code"] == -32001, r.text  # TaskNotFoundError
+                r = await h.post("/a2a/team", json=get, headers=_h(bob))
+                assert r.json()["result"]["id"] == task_id, r.text
+                lst = {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}}
+                ids = lambda r: [t["id"] for t in r.json()["result"]["tasks"]]  # noqa: E731
+                assert task_id not in ids(await h.post("/a2a/team", json=lst, headers=_h(carol)))
+                assert task_id in ids(await h.post("/a2a/team", json=lst, headers=_h(alice)))
+                r = await h.post("/a2a/team", json=_send("ops too", contextId=ctx), headers=_h(bob))
+                assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+
+            # -- MCP: carol cannot continue alice's conversation.
+            from mcp import Client
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            async def tool(token: str, **args: Any) -> Any:
+                async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                    async with Client(streamable_http_client(d.url + "/mcp", http_client=http)) as client:
+                        return await client.call_tool("team", {"prompt": "mcp", **args})
+
+            mine = await tool(alice)
+            assert not mine.is_error, mine
+            msid = mine.structured_content["session_id"]
+            theirs = await tool(carol, session_id=msid)
+            assert theirs.is_error and "unknown session" in theirs.content[0].text, theirs
+            assert not (await tool(bob, session_id=msid)).is_error
+
+            # -- ACP over the unix socket: owned by the Unix user of `agent-bridge acp --connect`.
+            exe = Path(sys.executable).with_name("agent-bridge")
+            shim = [str(exe), "acp", "team", "--connect", str(d.acp_socket)]
+            opts = {"cwd": str(tmp_path), "timeout_s": 30}
+            proc = await trio.run_process([sys.executable, str(ACP_SDK_CLIENT), "persist_write", json.dumps(opts), *shim],
+                                          capture_stdout=True, capture_stderr=True, check=False, env=clean_env)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+            report = json.loads(proc.stdout)
+            assert report["results"]["prompt1"] == {"result": {"stopReason": "end_turn"}}, report["results"]
+            acp_sid = report["session_id"]
+            user = pwd.getpwuid(os.getuid()).pw_name
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                assert (await h.get(f"/api/sessions/{acp_sid}", headers=_h(alice))).status_code == 404
+                assert (await h.get(f"/api/sessions/{acp_sid}", headers=_h(bob))).status_code == 200
+
+        # The owners, as stored (checked once the daemon has stopped and flushed).
+        db = sqlite3.connect(tmp_path / "state" / "bridge.sqlite3")
+        owners = {sid: json.loads(meta).get("owner") for sid, meta in db.execute("SELECT session_id, meta FROM sessions")}
+        assert owners[sid] == f"jwt:{issuer.url}:alice" and owners[msid] == f"jwt:{issuer.url}:alice"
+        assert owners[acp_sid] == f"unix::{user}", owners
+        # One audit line per turn: who, route, front, outcome; never the content.
+        audit = [json.loads(line.split(": audit ", 1)[1]) for line in d.log_text().splitlines() if "bridge.audit" in line]
+        assert {"who": f"jwt:{issuer.url}:alice", "route": "team", "front": "chat", "outcome": "end_turn"} in [
+            {k: a[k] for k in ("who", "route", "front", "outcome")} for a in audit
+        ], audit
+        assert any(a["who"] == f"unix::{user}" and a["front"] == "acp" for a in audit), audit
+        assert "mine" not in "".join(line for line in d.log_text().splitlines() if "bridge.audit" in line)
