@@ -71,6 +71,7 @@ SANS_IO = ("core", "schema", "codecs")
 # The app modules at the top of `bridge/`: they wire the layers below together.
 APP_MODULES = frozenset(
     {"daemon", "service", "doctor", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
+    | {"ask", "ask_answers", "ask_terminal", "status_line"}  # `agent-bridge ask`
 )
 PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts"})
 

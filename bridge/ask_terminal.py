@@ -1,0 +1,114 @@
+"""Questions asked on the terminal during `agent-bridge ask`: read what the user types
+until it answers the question (bridge/ask_answers.py says what a line means).
+
+A permission or a choice takes one line; a form is asked a field at a time. The prompt
+(`> `) goes to stderr, what is typed comes from stdin, a line at a time and at most
+`MAX_LINE` characters of it; the end of stdin (Ctrl-D) leaves the question unanswered.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from bridge.ask_answers import Field, Retry, form_fields, parse_field, parse_reply
+from bridge.core.events import Question
+
+__all__ = ["MAX_LINE", "Terminal"]
+
+MAX_LINE = 64 * 1024  # characters of one typed line; the rest of a longer one is dropped
+
+
+def _read_line(prompt: str) -> str:
+    """One line of stdin ("" at its end), at most MAX_LINE characters of it kept."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    line = sys.stdin.readline(MAX_LINE)
+    rest = line
+    while rest and not rest.endswith("\n"):
+        rest = sys.stdin.readline(MAX_LINE)  # the part of an overlong line past the limit
+    return line
+
+
+def _hint(q: Question) -> str:
+    if not q.options:
+        return "type your answer"
+    n = len(q.options)
+    if q.multi_select:
+        return f"type numbers (1-{n}) or labels, several separated by commas" + (", and your own text" if q.allow_text else "")
+    return f"type a number (1-{n}) or a label" + (", or your own answer" if q.allow_text else "")
+
+
+def _field_prompt(f: Field) -> str:
+    what = f.type + (", several separated by commas" if f.type == "array" else "")
+    what += ", required" if f.required else ""
+    default = f" [{json.dumps(f.default, ensure_ascii=False)[:60]}]" if f.default is not None else ""
+    return f"  {f.title} ({what}){default}: "
+
+
+class Terminal:
+    """Asks questions on the terminal, one at a time (`show` writes a line for the user)."""
+
+    def __init__(self, show: Callable[[str], None], *, read_line: Callable[[str], str] = _read_line) -> None:
+        self.show = show
+        self.read_line = read_line
+        self._lock = trio.Lock()
+
+    async def _read(self, prompt: str) -> str | None:
+        line = await trio.to_thread.run_sync(self.read_line, prompt, abandon_on_cancel=True)
+        return line if line else None
+
+    async def answer(self, q: Question) -> dict[str, Any] | None:
+        """The answer typed for `q`; None when stdin ends first."""
+        async with self._lock:
+            if q.kind == "form" and not q.options:
+                return await self._form(q)
+            self.show(f"  ({_hint(q)})")
+            while True:
+                line = await self._read("> ")
+                if line is None:
+                    return None
+                reply = parse_reply(q, line)
+                if not isinstance(reply, Retry):
+                    return reply
+                self.show(f"  {reply.message}")
+
+    async def _form(self, q: Question) -> dict[str, Any] | None:
+        fields = form_fields(q.schema)
+        if not fields:  # a form with no field we can read: its values as one JSON object
+            self.show("  (type the answer as a JSON object)")
+            while True:
+                line = await self._read("> ")
+                if line is None:
+                    return None
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    value = None
+                if isinstance(value, dict):
+                    return {"values": value}
+                self.show("  that is not a JSON object")
+        self.show("  (an empty line keeps the default, or leaves an optional field out)")
+        values: dict[str, Any] = {}
+        for f in fields:
+            if f.description and f.description != q.prompt:
+                self.show(f"  {f.description[:500]}")
+            for i, opt in enumerate(f.options, 1):
+                self.show(f"    {i}. {opt.label}")
+            while True:
+                line = await self._read(_field_prompt(f))
+                if line is None:
+                    return None
+                try:
+                    value = parse_field(f, line)
+                except ValueError as exc:
+                    self.show(f"  {exc}")
+                    continue
+                if value is not None:
+                    values[f.name] = value
+                break
+        return {"values": values}
