@@ -189,8 +189,14 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
         questions = _Questions(session, req.flags, terminal=None, note=None, status=None)
         render, status, note = _outputs(req, questions)
         questions.note, questions.status = note, status
+        echo = None
+        if status is not None and status.enabled:
+            from bridge.ask_terminal import Echo
+
+            echo = Echo(sys.stdout.fileno())
+            echo.set(False)
         if sys.stdin.isatty():
-            from bridge.ask_terminal import Terminal
+            from bridge.ask_terminal import Echo, Terminal
 
             if req.json:
                 def show(text: str) -> None:
@@ -205,17 +211,24 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
                 render.on_question = asked
             else:
                 show = render.line
-            questions.terminal = Terminal(show)
-        async with trio.open_nursery() as nursery:
-            questions.nursery = nursery
+            if echo is None or not os.path.samefile(f"/proc/self/fd/0", f"/proc/self/fd/1"):
+                echo = Echo(sys.stdin.fileno())
+                echo.set(False)
+            questions.terminal = Terminal(show, echo=echo)
+        try:
+            async with trio.open_nursery() as nursery:
+                questions.nursery = nursery
+                if status is not None:
+                    await nursery.start(status.run)
+                session.subscribe(_Ask(render, questions))
+                ctrl_c.session = session
+                ended = await session.start_turn([TextContent(text=req.prompt)]).wait()
+                nursery.cancel_scope.cancel()
+        finally:
             if status is not None:
-                await nursery.start(status.run)
-            session.subscribe(_Ask(render, questions))
-            ctrl_c.session = session
-            ended = await session.start_turn([TextContent(text=req.prompt)]).wait()
-            nursery.cancel_scope.cancel()
-        if status is not None:
-            status.close()
+                status.close()
+            if echo is not None:
+                echo.restore()
         print(f"session: {session.id}", file=sys.stderr)
         if ctrl_c.pressed:
             return ASK_INTERRUPTED

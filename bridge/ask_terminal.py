@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import termios
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ import trio
 from bridge.ask_answers import Field, Retry, form_fields, parse_field, parse_reply
 from bridge.core.events import Question
 
-__all__ = ["MAX_LINE", "Terminal"]
+__all__ = ["MAX_LINE", "Echo", "Terminal"]
 
 MAX_LINE = 64 * 1024  # characters of one typed line; the rest of a longer one is dropped
 
@@ -50,16 +51,47 @@ def _field_prompt(f: Field) -> str:
     return f"  {f.title} ({what}){default}: "
 
 
+class Echo:
+    """The terminal's echo of what is typed (termios `ECHO`), off while the turn streams,
+    so keys pressed meanwhile (or Ctrl-C's `^C`) never land in the reply or under the
+    status line; on while a question is asked; as it was when `restore`d."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        try:
+            self._saved: list[Any] | None = termios.tcgetattr(fd)
+        except termios.error:
+            self._saved = None
+
+    def set(self, on: bool) -> None:
+        if self._saved is None or not self._saved[3] & termios.ECHO:
+            return  # not a terminal, or its echo was off already: leave it so
+        attrs = termios.tcgetattr(self.fd)
+        attrs[3] = attrs[3] | termios.ECHO if on else attrs[3] & ~termios.ECHO
+        termios.tcsetattr(self.fd, termios.TCSANOW, attrs)
+
+    def restore(self) -> None:
+        if self._saved is not None:
+            termios.tcsetattr(self.fd, termios.TCSANOW, self._saved)
+
+
 class Terminal:
     """Asks questions on the terminal, one at a time (`show` writes a line for the user)."""
 
-    def __init__(self, show: Callable[[str], None], *, read_line: Callable[[str], str] = _read_line) -> None:
+    def __init__(self, show: Callable[[str], None], *, echo: Echo | None = None, read_line: Callable[[str], str] = _read_line) -> None:
         self.show = show
+        self.echo = echo
         self.read_line = read_line
         self._lock = trio.Lock()
 
     async def _read(self, prompt: str) -> str | None:
-        line = await trio.to_thread.run_sync(self.read_line, prompt, abandon_on_cancel=True)
+        if self.echo is not None:
+            self.echo.set(True)
+        try:
+            line = await trio.to_thread.run_sync(self.read_line, prompt, abandon_on_cancel=True)
+        finally:
+            if self.echo is not None:
+                self.echo.set(False)
         return line if line else None
 
     async def answer(self, q: Question) -> dict[str, Any] | None:

@@ -117,40 +117,43 @@ class Renderer:
     def _style(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
-    def _end_run(self) -> None:
-        if self._mode is not None:
-            self.out.write("\n")
-            self._mode = None
+    def _emit(self, text: str) -> None:
+        """Write to stdout, through the status line when there is one (it knows where
+        the cursor is), and flush."""
+        if self.status is not None:
+            self.status.write(text)
+        else:
+            self.out.write(text)
+            self.out.flush()
+
+    def _ended_run(self) -> str:
+        if self._mode is None:
+            return ""
+        self._mode = None
+        return "\n"
 
     def line(self, text: str) -> None:
         """`text` on a line of its own."""
-        if self.status is not None:
-            self.status.clear()
-        self._end_run()
-        self.out.write((_UNSAFE.sub("", text) if self.color else text) + "\n")
-        self.out.flush()
+        self._emit(self._ended_run() + (_UNSAFE.sub("", text) if self.color else text) + "\n")
 
     def note(self, text: str) -> None:
         """A message of `ask` itself (not the agent's): dim, on stderr."""
+        ended = self._ended_run()
+        if ended:
+            self._emit(ended)
         if self.status is not None:
             self.status.clear()
-        self._end_run()
-        self.out.flush()
         self.err.write(self._style("2", _UNSAFE.sub("", text) if self.color else text) + "\n")
         self.err.flush()
 
     def _write(self, mode: str, prefix: str, text: str) -> None:
-        if self.status is not None:
-            self.status.clear()
+        head = ""
         if self._mode != mode:
-            if self._mode is not None:
-                self.out.write("\n")
-            self.out.write(prefix)
+            head = ("\n" if self._mode is not None else "") + prefix
             self._mode = mode
         if self.color:
             text = _UNSAFE.sub("", text)
-        self.out.write(self._style("2", text) if mode == "thought" else text)
-        self.out.flush()
+        self._emit(head + (self._style("2", text) if mode == "thought" else text))
 
     # -- Subscriber ------------------------------------------------------------------
     def congested(self) -> bool:
@@ -160,13 +163,15 @@ class Renderer:
         await trio.lowlevel.checkpoint()
 
     def deliver(self, event: ev.Event) -> None:
-        self._render(event)
         if self.status is not None:
+            if isinstance(event, ev.ToolCallStarted):
+                self._titles[event.tool_call_id] = event.title
             activity = activity_of(event, self._titles)
             if activity is not None:
                 self.status.note(activity)
-            if isinstance(event, ev.TurnEnded):
-                self.status.close()
+        self._render(event)
+        if self.status is not None and isinstance(event, ev.TurnEnded):
+            self.status.close()
 
     def show_question(self, q: ev.Question) -> None:
         """The question as its prompt (a header first) and its numbered options."""
