@@ -185,6 +185,8 @@ def parse_reply(q: Question, line: str) -> dict[str, Any] | Retry:
             picked.append(opt.id)
     if texts and not q.allow_text:
         return Retry(f"{_quote(texts[0])} is not an option: {hint}, several separated by commas")
+    if not picked and not texts:
+        return Retry(hint)
     answer: dict[str, Any] = {"selected": picked}
     if texts:
         answer["text"] = ", ".join(texts)
