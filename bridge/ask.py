@@ -13,6 +13,7 @@ Exit codes (named here; README, "Commands"):
   the turn waiting for input (`input_required`);
 - 130 (`ASK_INTERRUPTED`): Ctrl-C (SIGINT). The first cancels the turn the protocol way
   (the back is told; the turn ends `cancelled` and is shown so), a second stops at once.
+  SIGTERM and SIGHUP stop at once and exit 128 + the signal's number.
 
 A config error exits 78 (EX_CONFIG), as every command does.
 """
@@ -138,16 +139,22 @@ class _Ask:
 class _CtrlC:
     """Ctrl-C during `ask`: the first cancels the turn the protocol way (the session's
     cancel: the back is told, the turn ends `cancelled` and is rendered so); a second,
-    or one before the turn runs, stops everything at once."""
+    or one before the turn runs, stops everything at once. SIGTERM and SIGHUP stop at
+    once too (exit 128 + the signal), so the terminal's echo is still restored."""
 
     def __init__(self) -> None:
         self.session: Any = None
         self.pressed = 0
+        self.stopped_by: int | None = None
 
     async def watch(self, everything: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             task_status.started()
-            async for _ in signals:
+            async for signum in signals:
+                if signum != signal.SIGINT:
+                    self.stopped_by = 128 + signum
+                    everything.cancel()
+                    return
                 self.pressed += 1
                 if self.pressed == 1 and self.session is not None and self.session.cancel():
                     continue
@@ -174,6 +181,38 @@ def _outputs(req: AskRequest, questions: _Questions) -> tuple[Any, Any, Any]:
     return renderer, status, renderer.note
 
 
+def _same_terminal(a: int, b: int) -> bool:
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _on_the_terminal(req: AskRequest, render: Any, note: Any, status: Any, questions: _Questions) -> list[Any]:
+    """Questions asked on the terminal when stdin is one; the echo of the terminals off
+    while the turn streams. The `Echo`s to restore at the end."""
+    if not sys.stdin.isatty() and (status is None or not status.enabled):
+        return []
+    from bridge.ask_terminal import Echo, Terminal
+
+    echoes = [Echo(sys.stdout.fileno())] if status is not None and status.enabled else []
+    if sys.stdin.isatty():
+        if not echoes or not _same_terminal(sys.stdin.fileno(), sys.stdout.fileno()):
+            echoes.append(Echo(sys.stdin.fileno()))
+        show = note if req.json else render.line
+        if req.json:  # stdout is for scripts: the question is shown where it is answered
+
+            def asked(q: Question) -> None:
+                show("? " + (f"[{q.header}] " if q.header else "") + q.prompt)
+                for i, opt in enumerate(q.options, 1):
+                    show(f"  {i}. {opt.label}")
+                questions.asked(q)
+
+            render.on_question = asked
+        questions.terminal = Terminal(show, echo=echoes[-1])
+    for echo in echoes:
+        echo.set(False)
+    return echoes
+
+
 async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC) -> int:
     from bridge.daemon import open_runtime
 
@@ -189,32 +228,7 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
         questions = _Questions(session, req.flags, terminal=None, note=None, status=None)
         render, status, note = _outputs(req, questions)
         questions.note, questions.status = note, status
-        echo = None
-        if status is not None and status.enabled:
-            from bridge.ask_terminal import Echo
-
-            echo = Echo(sys.stdout.fileno())
-            echo.set(False)
-        if sys.stdin.isatty():
-            from bridge.ask_terminal import Echo, Terminal
-
-            if req.json:
-                def show(text: str) -> None:
-                    note(text)
-
-                def asked(q: Question) -> None:
-                    show("? " + (f"[{q.header}] " if q.header else "") + q.prompt)
-                    for i, opt in enumerate(q.options, 1):
-                        show(f"  {i}. {opt.label}")
-                    questions.asked(q)
-
-                render.on_question = asked
-            else:
-                show = render.line
-            if echo is None or not os.path.samefile(f"/proc/self/fd/0", f"/proc/self/fd/1"):
-                echo = Echo(sys.stdin.fileno())
-                echo.set(False)
-            questions.terminal = Terminal(show, echo=echo)
+        echoes = _on_the_terminal(req, render, note, status, questions)
         try:
             async with trio.open_nursery() as nursery:
                 questions.nursery = nursery
@@ -227,7 +241,7 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
         finally:
             if status is not None:
                 status.close()
-            if echo is not None:
+            for echo in echoes:
                 echo.restore()
         print(f"session: {session.id}", file=sys.stderr)
         if ctrl_c.pressed:
@@ -249,6 +263,8 @@ def run_ask(config: Any, state_dir: str, req: AskRequest) -> int:
             await nursery.start(ctrl_c.watch, nursery.cancel_scope)
             code = await _one_turn(config, state_dir, req, ctrl_c)
             nursery.cancel_scope.cancel()
+        if ctrl_c.stopped_by is not None:
+            return ctrl_c.stopped_by
         return ASK_INTERRUPTED if ctrl_c.pressed > 1 else code
 
     return trio.run(main)

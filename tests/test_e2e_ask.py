@@ -80,10 +80,13 @@ class Pty:
     async def type(self, line: str) -> None:
         await self.stream.send_all(line.encode() + b"\r")
 
-    async def finish(self) -> int:
+    async def finish_keeping_terminal(self) -> int:
         while await self._read():
             pass
-        code = await self.proc.wait()
+        return await self.proc.wait()
+
+    async def finish(self) -> int:
+        code = await self.finish_keeping_terminal()
         await self.stream.aclose()
         return code
 
@@ -166,6 +169,23 @@ async def test_status_line_while_a_slow_turn_runs_then_ctrl_c(
     ticks = re.findall(r"tick (\d+)\.", reply)
     assert len(ticks) >= 30 and ticks == [str(i) for i in range(1, len(ticks) + 1)]  # whole across its wrapped rows
     assert re.sub(r"\s+", " ", reply).strip().startswith(" ".join(f"tick {i}." for i in range(1, 11)))
+
+
+async def test_the_terminals_echo_is_off_while_streaming_and_back_after_sigterm(
+    bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text(SLOW_DEMO)
+    cmd = [*bridge_exe, "ask", "demo", "slow: hi", "--config", str(config), "--state-dir", state_dir]
+    with trio.fail_after(60):
+        t = await Pty.open(cmd, clean_env)
+        await t.expect(r"tick 2\. ")
+        assert not termios.tcgetattr(t.stream.fileno())[3] & termios.ECHO  # keys typed now are not shown in the reply
+        t.proc.terminate()
+        code = await t.finish_keeping_terminal()
+    assert code == 128 + 15
+    assert termios.tcgetattr(t.stream.fileno())[3] & termios.ECHO  # restored on the way out
+    await t.stream.aclose()
 
 
 async def test_flags_without_a_terminal(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
