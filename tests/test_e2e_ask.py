@@ -233,6 +233,22 @@ async def test_json_lines_are_the_stored_events(bridge_exe: list[str], clean_env
     assert any(isinstance(e, ev.MessageChunk) and isinstance(e.content, DataContent) for e in printed)
 
 
+async def test_json_on_a_terminal_has_no_status_line(
+    bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text('[routes.demo]\nback = { kind = "demo", slow_duration_s = 1 }\n')
+    cmd = [*bridge_exe, "ask", "demo", "slow: hi", "--json", "--config", str(config), "--state-dir", state_dir]
+    with trio.fail_after(60):
+        t = await Pty.open(cmd, clean_env)
+        code = await t.finish()
+    assert code == 0
+    lines = t.text().replace("\r\n", "\n").splitlines()
+    assert "\x1b" not in t.text()
+    events = [msgspec.json.decode(line, type=ev.Event) for line in lines if not line.startswith("session: ")]
+    assert isinstance(events[-1], ev.TurnEnded) and len(events) > 10
+
+
 async def test_an_a2a_sdk_agent_answering_in_artifacts(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path) -> None:
     from test_e2e_ws import a2a_agent
 
