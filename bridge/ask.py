@@ -5,7 +5,7 @@ Exit codes (named here; README, "Commands"):
 
 - 0 (`ASK_OK`): the turn ended (end_turn, refusal, max_tokens, max_turn_requests, or a
   question declined by `--answer reject`);
-- 1 (`ASK_FAILED`): the turn failed;
+- 1 (`ASK_FAILED`): the turn failed, or stdout was closed under it (then it is cancelled);
 - 2 (`ASK_USAGE`): the command line names no such route or session (click's own usage
   errors exit 2 too);
 - 3 (`ASK_UNANSWERED`): a question was left unanswered: the flags could not answer it
@@ -30,7 +30,7 @@ import trio
 
 from bridge.ask_answers import AnswerFlags, answer_by_flags
 from bridge.core.content import TextContent
-from bridge.core.events import Question, StopReason
+from bridge.core.events import Event, Question, QuestionAnswered, StopReason
 from bridge.errors import BridgeError
 
 __all__ = [
@@ -114,13 +114,15 @@ class _Questions:
 
 
 class _Ask:
-    """The session subscriber of `ask`: the renderer, and the questions to answer."""
+    """The session subscriber of `ask`: the renderer, and the questions to answer. A
+    stdout closed under it (`ask ... | head`) cancels the turn: nobody reads it any more."""
 
     protocol = "cli"
 
     def __init__(self, render: Any, questions: _Questions) -> None:
         self.render = render
         self.questions = questions
+        self.stdout_closed = False
 
     def congested(self) -> bool:
         return False
@@ -128,12 +130,19 @@ class _Ask:
     async def wait_uncongested(self) -> None:
         await trio.lowlevel.checkpoint()
 
-    def deliver(self, event: Any) -> None:
-        from bridge.core.events import QuestionAnswered
-
+    def deliver(self, event: Event) -> None:
         if isinstance(event, QuestionAnswered):
             self.questions.settled(event.question_id)
-        self.render.deliver(event)
+        if self.stdout_closed:
+            return
+        try:
+            self.render.deliver(event)
+        except BrokenPipeError:
+            self.stdout_closed = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere, quietly
+            os.close(devnull)
+            self.questions.session.cancel()
 
 
 class _CtrlC:
@@ -234,7 +243,8 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
                 questions.nursery = nursery
                 if status is not None:
                     await nursery.start(status.run)
-                session.subscribe(_Ask(render, questions))
+                subscriber = _Ask(render, questions)
+                session.subscribe(subscriber)
                 ctrl_c.session = session
                 ended = await session.start_turn([TextContent(text=req.prompt)]).wait()
                 nursery.cancel_scope.cancel()
@@ -246,6 +256,8 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
         print(f"session: {session.id}", file=sys.stderr)
         if ctrl_c.pressed:
             return ASK_INTERRUPTED
+        if subscriber.stdout_closed:
+            return ASK_FAILED
         if questions.unanswered or ended.stop_reason is StopReason.INPUT_REQUIRED:
             return ASK_UNANSWERED
         return ASK_FAILED if ended.stop_reason is StopReason.FAILED else ASK_OK

@@ -60,9 +60,6 @@ class AnswerFlags:
     options: tuple[str, ...] = ()
     text: str | None = None
 
-    def __bool__(self) -> bool:
-        return self.policy is not None or bool(self.options) or self.text is not None
-
 
 @dataclass(frozen=True)
 class Retry:

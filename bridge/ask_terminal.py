@@ -8,12 +8,14 @@ A permission or a choice takes one line; a form is asked a field at a time. The 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import termios
 from collections.abc import Callable
 from typing import Any
 
+import outcome
 import trio
 
 from bridge.ask_answers import Field, Retry, form_fields, parse_field, parse_reply
@@ -24,15 +26,18 @@ __all__ = ["MAX_LINE", "Echo", "Terminal"]
 MAX_LINE = 64 * 1024  # characters of one typed line; the rest of a longer one is dropped
 
 
-def _read_line(prompt: str) -> str:
+def _read_line() -> str:
     """One line of stdin ("" at its end), at most MAX_LINE characters of it kept."""
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
     line = sys.stdin.readline(MAX_LINE)
     rest = line
     while rest and not rest.endswith("\n"):
         rest = sys.stdin.readline(MAX_LINE)  # the part of an overlong line past the limit
     return line
+
+
+def _write_prompt(prompt: str) -> None:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
 
 
 def _hint(q: Question) -> str:
@@ -78,21 +83,57 @@ class Echo:
 class Terminal:
     """Asks questions on the terminal, one at a time (`show` writes a line for the user)."""
 
-    def __init__(self, show: Callable[[str], None], *, echo: Echo | None = None, read_line: Callable[[str], str] = _read_line) -> None:
+    def __init__(
+        self,
+        show: Callable[[str], None],
+        *,
+        echo: Echo | None = None,
+        read_line: Callable[[], str] = _read_line,
+        write_prompt: Callable[[str], None] = _write_prompt,
+    ) -> None:
         self.show = show
         self.echo = echo
         self.read_line = read_line
+        self.write_prompt = write_prompt
         self._lock = trio.Lock()
+        # One thread reads stdin at a time. A read outlives the question it was for (the
+        # question settled while the user typed): the next question waits for that same
+        # line rather than start a second reader that would race it for stdin.
+        self._reading = False
+        self._waiting = False
+        self._got = trio.Event()
+        self._line: outcome.Outcome[str] | None = None
+
+    def _done(self, line: outcome.Outcome[str]) -> None:
+        self._reading = False
+        if self._waiting:  # else it answered a question already settled: dropped
+            self._line = line
+            self._got.set()
 
     async def _read(self, prompt: str) -> str | None:
         if self.echo is not None:
             self.echo.set(True)
+        self.write_prompt(prompt)
+        if not self._reading:
+            self._reading = True
+            self._got = trio.Event()
+            token = trio.lowlevel.current_trio_token()
+
+            def deliver(line: outcome.Outcome[str]) -> None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(self._done, line)
+
+            trio.lowlevel.start_thread_soon(self.read_line, deliver)
+        self._waiting = True
         try:
-            line = await trio.to_thread.run_sync(self.read_line, prompt, abandon_on_cancel=True)
+            await self._got.wait()
         finally:
+            self._waiting = False
             if self.echo is not None:
                 self.echo.set(False)
-        return line if line else None
+        line, self._line = self._line, None
+        text = line.unwrap() if line is not None else ""
+        return text if text else None
 
     async def answer(self, q: Question) -> dict[str, Any] | None:
         """The answer typed for `q`; None when stdin ends first."""

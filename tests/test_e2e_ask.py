@@ -9,6 +9,7 @@ import os
 import fcntl
 import re
 import struct
+import subprocess
 import sys
 import termios
 from pathlib import Path
@@ -213,6 +214,26 @@ async def test_flags_without_a_terminal(bridge_exe: list[str], clean_env: dict[s
     for usage in (["nowhere", "x"], ["demo"], ["demo", "x", "--answer", "maybe"]):
         done = await run([*bridge_exe, "ask", *usage, *where], clean_env)
         assert done.returncode == 2, (usage, done.stderr.decode())
+
+
+async def test_a_reader_that_goes_away_cancels_the_turn(
+    bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text(SLOW_DEMO)
+    cmd = [*bridge_exe, "ask", "demo", "slow: hi", "--config", str(config), "--state-dir", state_dir]
+    with trio.fail_after(60):  # `ask ... | head -c 20`: the 60-second turn does not run on
+        proc = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env)
+        assert proc.stdout is not None and proc.stderr is not None
+        out = b""
+        while b"tick 1." not in out:
+            out += await proc.stdout.receive_some()
+        await proc.stdout.aclose()
+        err = b""
+        while chunk := await proc.stderr.receive_some():
+            err += chunk
+        assert await proc.wait() == 1
+    assert b"Traceback" not in err and b"Exception ignored" not in err, err
 
 
 async def test_json_lines_are_the_stored_events(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
