@@ -12,8 +12,9 @@ Exit codes (named here; README, "Commands"):
   and stdin is not a terminal (or ended), so the turn is cancelled; or the agent ended
   the turn waiting for input (`input_required`);
 - 130 (`ASK_INTERRUPTED`): Ctrl-C (SIGINT). The first cancels the turn the protocol way
-  (the back is told; the turn ends `cancelled` and is shown so), a second stops at once.
-  SIGTERM and SIGHUP stop at once and exit 128 + the signal's number.
+  (the back is told; the turn ends `cancelled` and is shown so), a second stops without
+  waiting for it to show (`_CtrlC`). SIGTERM and SIGHUP stop the same way and exit 128 +
+  the signal's number.
 
 A config error exits 78 (EX_CONFIG), as every command does.
 """
@@ -147,12 +148,15 @@ class _Ask:
 
 class _CtrlC:
     """Ctrl-C during `ask`: the first cancels the turn the protocol way (the session's
-    cancel: the back is told, the turn ends `cancelled` and is rendered so); a second,
-    or one before the turn runs, stops everything at once. SIGTERM and SIGHUP stop at
-    once too (exit 128 + the signal), so the terminal's echo is still restored."""
+    cancel: the back is told, the turn ends `cancelled` and is rendered so); a second
+    stops waiting for it, and the runtime closes the session (its turn cancelled within
+    the route's `cancel_grace_s`); one more, or one before the turn runs, stops at once.
+    SIGTERM and SIGHUP are a second Ctrl-C (exit 128 + the signal), so the terminal's
+    echo is still restored."""
 
     def __init__(self) -> None:
         self.session: Any = None
+        self.turn_scope: trio.CancelScope | None = None
         self.pressed = 0
         self.stopped_by: int | None = None
 
@@ -160,25 +164,29 @@ class _CtrlC:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             task_status.started()
             async for signum in signals:
-                if signum != signal.SIGINT:
+                if signum == signal.SIGINT:
+                    self.pressed += 1
+                    if self.pressed == 1 and self.session is not None and self.session.cancel():
+                        continue
+                    self.pressed = max(self.pressed, 2)
+                elif self.stopped_by is None:
                     self.stopped_by = 128 + signum
+                if self.turn_scope is not None and not self.turn_scope.cancel_called:
+                    self.turn_scope.cancel()  # open_runtime closes the session, the turn cancelled
+                else:
                     everything.cancel()
                     return
-                self.pressed += 1
-                if self.pressed == 1 and self.session is not None and self.session.cancel():
-                    continue
-                self.pressed = max(self.pressed, 2)
-                everything.cancel()
-                return
 
 
 def _outputs(req: AskRequest, questions: _Questions) -> tuple[Any, Any, Any]:
     """(the subscriber that prints, the status line or None, a writer of notes)."""
-    from bridge.render import JsonLines, Renderer
+    from bridge.render import JsonLines, Renderer, terminal_safe
 
     if req.json:
+        err_tty = sys.stderr.isatty()
+
         def note(text: str) -> None:
-            sys.stderr.write(text + "\n")
+            sys.stderr.write((terminal_safe(text) if err_tty else text) + "\n")
             sys.stderr.flush()
 
         return JsonLines(sys.stdout.buffer, on_question=questions.asked), None, note
@@ -238,23 +246,28 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
         render, status, note = _outputs(req, questions)
         questions.note, questions.status = note, status
         echoes = _on_the_terminal(req, render, note, status, questions)
+        ended = None
+        subscriber = _Ask(render, questions)
         try:
-            async with trio.open_nursery() as nursery:
-                questions.nursery = nursery
-                if status is not None:
-                    await nursery.start(status.run)
-                subscriber = _Ask(render, questions)
-                session.subscribe(subscriber)
-                ctrl_c.session = session
-                ended = await session.start_turn([TextContent(text=req.prompt)]).wait()
-                nursery.cancel_scope.cancel()
+            with trio.CancelScope() as ctrl_c.turn_scope:
+                async with trio.open_nursery() as nursery:
+                    questions.nursery = nursery
+                    if status is not None:
+                        await nursery.start(status.run)
+                    session.subscribe(subscriber)
+                    ctrl_c.session = session
+                    ended = await session.start_turn([TextContent(text=req.prompt)]).wait()
+                    nursery.cancel_scope.cancel()
         finally:
+            ctrl_c.turn_scope = None
             if status is not None:
                 status.close()
             for echo in echoes:
                 echo.restore()
         print(f"session: {session.id}", file=sys.stderr)
-        if ctrl_c.pressed:
+        if ctrl_c.stopped_by is not None:
+            return ctrl_c.stopped_by
+        if ctrl_c.pressed or ended is None:
             return ASK_INTERRUPTED
         if subscriber.stdout_closed:
             return ASK_FAILED
@@ -275,8 +288,6 @@ def run_ask(config: Any, state_dir: str, req: AskRequest) -> int:
             await nursery.start(ctrl_c.watch, nursery.cancel_scope)
             code = await _one_turn(config, state_dir, req, ctrl_c)
             nursery.cancel_scope.cancel()
-        if ctrl_c.stopped_by is not None:
-            return ctrl_c.stopped_by
-        return ASK_INTERRUPTED if ctrl_c.pressed > 1 else code
+        return ctrl_c.stopped_by if ctrl_c.stopped_by is not None else code
 
     return trio.run(main)

@@ -20,6 +20,7 @@ import trio
 
 from bridge.ask_answers import Field, Retry, form_fields, parse_field, parse_reply
 from bridge.core.events import Question
+from bridge.render import terminal_safe
 
 __all__ = ["MAX_LINE", "Echo", "Terminal"]
 
@@ -113,7 +114,7 @@ class Terminal:
     async def _read(self, prompt: str) -> str | None:
         if self.echo is not None:
             self.echo.set(True)
-        self.write_prompt(prompt)
+        self.write_prompt(terminal_safe(prompt))  # a form's titles come from the agent
         if not self._reading:
             self._reading = True
             self._got = trio.Event()

@@ -38,13 +38,19 @@ from bridge.core.content import (
 )
 from bridge.status_line import StatusLine
 
-__all__ = ["JsonLines", "Renderer", "activity_of"]
+__all__ = ["JsonLines", "Renderer", "activity_of", "terminal_safe"]
 
 _STATUS = {"pending": "…", "in_progress": "▸", "completed": "✓", "failed": "✗"}
 _json = msgspec.json.Encoder()
 # On a terminal, what an agent sends may not move the cursor, set the title or the
 # clipboard (OSC 52): every control character goes but newline, tab and colours (SGR).
 _UNSAFE = re.compile(r"\x1b(?!\[[0-9;]*m)|[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f]")
+_KEPT_TOOL_CALLS = 4096  # titles and statuses remembered for their updates (the oldest go)
+
+
+def terminal_safe(text: str) -> str:
+    """`text` without what could move a terminal's cursor or command it (colours kept)."""
+    return _UNSAFE.sub("", text)
 
 
 def _text(block: ContentBlock | None) -> str:
@@ -182,6 +188,9 @@ class Renderer:
     def _tool(self, prefix: str, tool_call_id: str, status: str | None, tail: str) -> None:
         status = status or self._tool_status.get(tool_call_id, "in_progress")
         self._tool_status[tool_call_id] = status
+        for kept in (self._tool_status, self._titles):
+            while len(kept) > _KEPT_TOOL_CALLS:
+                del kept[next(iter(kept))]
         title = self._titles.get(tool_call_id, tool_call_id)
         self.line(self._style("33", f"{prefix}{_STATUS.get(status, status)} {title}") + tail)
 

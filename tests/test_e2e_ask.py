@@ -8,6 +8,7 @@ import json
 import os
 import fcntl
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -184,9 +185,25 @@ async def test_the_terminals_echo_is_off_while_streaming_and_back_after_sigterm(
         assert not termios.tcgetattr(t.stream.fileno())[3] & termios.ECHO  # keys typed now are not shown in the reply
         t.proc.terminate()
         code = await t.finish_keeping_terminal()
-    assert code == 128 + 15
+    assert code == 128 + 15, t.text()[-3000:]
     assert termios.tcgetattr(t.stream.fileno())[3] & termios.ECHO  # restored on the way out
     await t.stream.aclose()
+
+
+async def test_ctrl_c_twice_stops_without_a_traceback(
+    bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text(SLOW_DEMO)
+    cmd = [*bridge_exe, "ask", "demo", "slow: hi", "--config", str(config), "--state-dir", state_dir]
+    with trio.fail_after(60):
+        t = await Pty.open(cmd, clean_env)
+        await t.expect(r"tick 2\. ")
+        t.proc.send_signal(signal.SIGINT)
+        t.proc.send_signal(signal.SIGINT)
+        code = await t.finish()
+    assert code == 130, t.text()[-3000:]
+    assert "Traceback" not in t.text() and "Error" not in t.text()
 
 
 async def test_flags_without_a_terminal(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
