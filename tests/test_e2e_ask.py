@@ -285,6 +285,16 @@ async def test_json_on_a_terminal_has_no_status_line(
     assert "\x1b" not in t.text()
     events = [msgspec.json.decode(line, type=ev.Event) for line in lines if not line.startswith("session: ")]
     assert isinstance(events[-1], ev.TurnEnded) and len(events) > 10
+    # A question: stdout keeps the JSON lines, the question is asked beside them on stderr.
+    cmd = [*bridge_exe, "ask", "demo", "name: hi", "--json", "--state-dir", state_dir]
+    with trio.fail_after(60):
+        t = await Pty.open(cmd, clean_env)
+        await t.expect(r'"event":"question_asked"[^\n]*\n\? What is your name\?\s+\(type your answer\)\s+> ')
+        await t.type("Ada")
+        await t.expect(r'"event":"question_answered"[^\n]*"text":"Ada"')
+        assert await t.finish() == 0
+    said = [json.loads(x) for x in t.text().replace("\r\n", "\n").splitlines() if x.startswith('{"event":"message_chunk"')]
+    assert "Hello, Ada!" in "".join(e["content"]["text"] for e in said)
 
 
 async def test_an_a2a_sdk_agent_answering_in_artifacts(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str, tmp_path: Path) -> None:
