@@ -24,8 +24,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -33,6 +34,10 @@ from bridge.ask_answers import AnswerFlags, answer_by_flags
 from bridge.core.content import TextContent
 from bridge.core.events import Event, Question, QuestionAnswered, StopReason
 from bridge.errors import BridgeError
+
+if TYPE_CHECKING:
+    from bridge.ask_terminal import Echo, Terminal
+    from bridge.status_line import StatusLine
 
 __all__ = [
     "ASK_FAILED",
@@ -68,7 +73,15 @@ class _Questions:
     """Answers each question as it is asked: by the flags, else on the terminal, else
     it is left unanswered and the turn is cancelled."""
 
-    def __init__(self, session: Any, flags: AnswerFlags, *, terminal: Any, note: Any, status: Any) -> None:
+    def __init__(
+        self,
+        session: Any,
+        flags: AnswerFlags,
+        *,
+        terminal: Terminal | None = None,
+        note: Callable[[str], None] = print,
+        status: StatusLine | None = None,
+    ) -> None:
         self.session = session
         self.flags = flags
         self.terminal = terminal
@@ -178,7 +191,7 @@ class _CtrlC:
                     return
 
 
-def _outputs(req: AskRequest, questions: _Questions) -> tuple[Any, Any, Any]:
+def _outputs(req: AskRequest, questions: _Questions) -> tuple[Any, StatusLine | None, Callable[[str], None]]:
     """(the subscriber that prints, the status line or None, a writer of notes)."""
     from bridge.render import JsonLines, Renderer, terminal_safe
 
@@ -203,7 +216,9 @@ def _same_terminal(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _on_the_terminal(req: AskRequest, render: Any, note: Any, status: Any, questions: _Questions) -> list[Any]:
+def _on_the_terminal(
+    req: AskRequest, render: Any, note: Callable[[str], None], status: StatusLine | None, questions: _Questions
+) -> list[Echo]:
     """Questions asked on the terminal when stdin is one; the echo of the terminals off
     while the turn streams. The `Echo`s to restore at the end."""
     if not sys.stdin.isatty() and (status is None or not status.enabled):
@@ -242,7 +257,7 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
         except BridgeError as exc:
             print(f"error: {exc.message}", file=sys.stderr)
             return ASK_USAGE
-        questions = _Questions(session, req.flags, terminal=None, note=None, status=None)
+        questions = _Questions(session, req.flags)
         render, status, note = _outputs(req, questions)
         questions.note, questions.status = note, status
         echoes = _on_the_terminal(req, render, note, status, questions)
