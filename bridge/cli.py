@@ -27,8 +27,8 @@ EX_USAGE = 64
 EX_UNAVAILABLE = 69  # `acp --connect`: the daemon is not there, or went away
 EX_OSERR = 71  # `serve`: a listener or the store could not be opened
 EX_CONFIG = 78
-# `serve` stopped by a second SIGTERM/SIGINT exits 128 + the signal's number; `acp` and
-# `ask` stopped by Ctrl-C exit 128 + SIGINT.
+# `serve` stopped by a second SIGTERM/SIGINT exits 128 + the signal's number; `acp`
+# stopped by Ctrl-C exits 128 + SIGINT. `ask` names its own codes (bridge/ask.py).
 EX_INTERRUPTED = 128 + signal.SIGINT
 
 
@@ -314,10 +314,19 @@ def doctor(config_path: str | None, state_dir: str | None, log_level: str | None
 @log_format_option
 @click.option(
     "--answer",
-    type=click.Choice(["allow", "reject", "first"]),
+    type=click.Choice(["allow", "reject", "deny", "first"]),
     default=None,
-    help="Answer every question this way instead of asking on the terminal.",
+    help="Answer questions with options this way (allow/reject by option kind, else the first option; deny = reject).",
 )
+@click.option(
+    "--answer-option",
+    "answer_options",
+    multiple=True,
+    metavar="ID_OR_LABEL",
+    help="Pick this option (its id, label or number); repeat it for a multi-select.",
+)
+@click.option("--answer-text", default=None, metavar="TEXT", help="Free text for a question that takes it; a form's values (JSON object, or a one-field form's value).")
+@click.option("--json", "as_json", is_flag=True, help="Print the canonical events as JSON lines instead of text.")
 @click.option("--session", "session_id", default=None, help="Continue this stored session.")
 def ask(
     route: str,
@@ -327,93 +336,26 @@ def ask(
     log_level: str | None,
     log_format: str | None,
     answer: str | None,
+    answer_options: tuple[str, ...],
+    answer_text: str | None,
+    as_json: bool,
     session_id: str | None,
 ) -> None:
-    """Run one turn of ROUTE with PROMPT and render it as it streams."""
-    _run_interruptible(_ask, route, prompt, config_path, state_dir, log_level, log_format, answer, session_id)
+    """Run one turn of ROUTE with PROMPT and render it as it streams.
 
-
-def _ask(
-    route: str,
-    prompt: str,
-    config_path: str | None,
-    state_dir: str | None,
-    log_level: str | None,
-    log_format: str | None,
-    answer: str | None,
-    session_id: str | None,
-) -> None:
-    import trio
-
-    from bridge.core.content import TextContent
-    from bridge.core.events import StopReason
-    from bridge.daemon import open_runtime
-    from bridge.errors import BridgeError
-    from bridge.render import Renderer
+    Questions are answered by the --answer* flags, else asked on the terminal. Exits 0
+    when the turn ended, 1 when it failed, 2 on a usage error, 3 when a question was
+    left unanswered, 130 on Ctrl-C.
+    """
+    from bridge.ask import AskRequest, run_ask
+    from bridge.ask_answers import AnswerFlags
 
     config = _load(config_path)
     _setup_logging(log_level or "warning", log_format)
-    name = _pick_route(config, route)
-
-    async def one_turn(ctrl_c: _CtrlC) -> int:
-        async with open_runtime(config, _state_dir(config, state_dir)) as manager:
-            try:
-                session = await (manager.get(session_id) if session_id else manager.create(name, front="cli", cwd=os.getcwd()))
-            except BridgeError as exc:
-                click.echo(f"error: {exc.message}", err=True)
-                return EX_USAGE
-            renderer = Renderer(
-                session,
-                sys.stdout,
-                policy=answer,  # type: ignore[arg-type]
-                interactive=sys.stdin.isatty(),
-                color=sys.stdout.isatty(),
-            )
-            async with trio.open_nursery() as nursery:
-                await nursery.start(renderer.run)
-                session.subscribe(renderer)
-                ctrl_c.session = session
-                ended = await session.start_turn([TextContent(text=prompt)]).wait()
-                nursery.cancel_scope.cancel()
-            click.echo(f"session: {session.id}", err=True)
-            if ctrl_c.pressed:
-                return EX_INTERRUPTED
-            if renderer.unanswerable:
-                return EX_TURN_FAILED
-            return EX_TURN_FAILED if ended.stop_reason is StopReason.FAILED else EX_OK
-
-    async def main() -> int:
-        ctrl_c, code = _CtrlC(), EX_INTERRUPTED
-        async with trio.open_nursery() as nursery:
-            await nursery.start(ctrl_c.watch, nursery.cancel_scope)
-            code = await one_turn(ctrl_c)
-            nursery.cancel_scope.cancel()
-        return EX_INTERRUPTED if ctrl_c.pressed > 1 else code
-
-    sys.exit(trio.run(main))
-
-
-class _CtrlC:
-    """Ctrl-C during `ask`: the first cancels the turn the protocol way (the session's
-    cancel: the back is told, the turn ends `cancelled` and is rendered so); a second,
-    or one before the turn runs, stops everything at once."""
-
-    def __init__(self) -> None:
-        self.session: Any = None
-        self.pressed = 0
-
-    async def watch(self, everything: Any, *, task_status: Any) -> None:
-        import trio
-
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
-            task_status.started()
-            async for _ in signals:
-                self.pressed += 1
-                if self.pressed == 1 and self.session is not None and self.session.cancel():
-                    continue
-                self.pressed = max(self.pressed, 2)
-                everything.cancel()
-                return
+    policy = "reject" if answer == "deny" else answer
+    flags = AnswerFlags(policy=policy, options=answer_options, text=answer_text)  # type: ignore[arg-type]
+    request = AskRequest(route=route, prompt=prompt, flags=flags, json=as_json, session_id=session_id)
+    sys.exit(_run_interruptible(run_ask, config, _state_dir(config, state_dir), request))
 
 
 main.add_command(store_commands([config_option, state_option], _load, _state_dir))

@@ -83,9 +83,10 @@ async def test_ask_without_a_terminal_or_policy_fails_clearly(
 ) -> None:
     done = await run([*bridge_exe, "ask", "demo", "ask: x", "--state-dir", state_dir], clean_env)
     out = done.stdout.decode()
-    assert done.returncode == 1
-    assert "stdin is not a terminal; pass --answer" in out
-    assert "Edited notes.txt" not in out  # never allowed by default
+    assert done.returncode == 3  # a question left unanswered: the turn is cancelled
+    assert "stdin is not a terminal; pass --answer" in done.stderr.decode()
+    assert "Edited notes.txt" not in out and "left notes.txt alone" not in out  # neither allowed nor denied
+    assert out.rstrip().endswith("[cancelled]")
 
 
 async def test_ask_reports_a_failed_turn(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
@@ -102,12 +103,12 @@ async def test_ask_continues_a_stored_session(bridge_exe: list[str], clean_env: 
     assert second.returncode == 0 and "You said: two" in second.stdout.decode()
     assert f"session: {session_id}" in second.stderr.decode()
     missing = await run([*bridge_exe, "ask", "demo", "x", "--session", "nope", "--state-dir", state_dir], clean_env)
-    assert missing.returncode == 64 and "unknown session 'nope'" in missing.stderr.decode()
+    assert missing.returncode == 2 and "unknown session 'nope'" in missing.stderr.decode()
 
 
 async def test_ask_unknown_route(bridge_exe: list[str], clean_env: dict[str, str], state_dir: str) -> None:
     done = await run([*bridge_exe, "ask", "nowhere", "x", "--state-dir", state_dir], clean_env)
-    assert done.returncode == 64 and "no route named 'nowhere'" in done.stderr.decode()
+    assert done.returncode == 2 and "no route named 'nowhere'" in done.stderr.decode()
 
 
 async def test_ctrl_c_cancels_the_turn_and_exits_130_without_a_traceback(

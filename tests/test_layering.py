@@ -72,6 +72,7 @@ SANS_IO = ("core", "schema", "codecs")
 # The app modules at the top of `bridge/`: they wire the layers below together.
 APP_MODULES = frozenset(
     {"daemon", "service", "doctor", "doctor_setup", "config_cli", "reload", "health", "metrics", "render", "shim", "systemd", "store_cli", "workers"}
+    | {"ask", "ask_answers", "ask_terminal", "status_line"}  # `agent-bridge ask`
 )
 # bridge/config.py's helpers: the walk for every problem, the line scanner, the
 # environment overrides, the JSON Schema.

@@ -13,7 +13,9 @@ pipe. bridge/render.py's lines:
 
 A status line (progress) goes to stderr, dim, never into the answer; stderr's log
 lines and `session: ID` are not shown to the user as such. A traceback on stderr is
-a failure the user sees.
+a failure the user sees. The live status line below the reply (bridge/status_line.py:
+drawn and erased between a cursor save and restore) is taken out first, as it leaves
+nothing on the screen; a question's header shows as `[header] ` before its prompt.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ _SYMBOL = {"…": "pending", "▸": "in_progress", "✓": "completed", "✗": "f
 _STOP = {"failed": "error"}
 _CHILD = "  ↳ "
 _PLACEHOLDER = re.compile(r"\[(image|link|resource_link|resource|file)\b[^\]\n]*\]")
+_LIVE_STATUS = re.compile(r"(?:\x1bD\x1bM)?\x1b7.*?\x1b8", re.S)
+_HEADER = re.compile(r"^\[[^\]]*\] ")
 _LOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) |^\{\"ts\"|^session: |^> ")
 
 
@@ -56,7 +60,7 @@ def fold_ask(stdout: str, stderr: str) -> Seen:
     children: dict[str, str] = {}
     files: list[tuple[str, str]] = []
     asked: list[Asked] = []
-    for line in stdout.replace("\r\n", "\n").split("\n"):
+    for line in _LIVE_STATUS.sub("", stdout).replace("\r\n", "\n").split("\n"):
         first = _STYLED.match(line)
         code, head, rest = (first.group(1), first.group(2), line[first.end() :]) if first else ("", "", line)
         if code == "36" and head.strip().endswith("plan:"):
@@ -65,13 +69,13 @@ def fold_ask(stdout: str, stderr: str) -> Seen:
         elif code == "33":
             _tool_line(tools, top, head, rest)
         elif code == "1" and head.startswith("? "):
-            asked.append(Asked(kind="choice", prompt=head[2:]))
+            asked.append(Asked(kind="choice", prompt=_HEADER.sub("", head[2:])))
         elif not first and asked and (m := re.fullmatch(r"  (\d+)\. (.*?)(?: — .*)?", line)):
             q = asked[-1]
             asked[-1] = msgspec.structs.replace(q, options=(*q.options, Option(m.group(1), m.group(2))))
         elif code == "2" and head.startswith("usage: "):
             seen.usage = True
-        elif code == "2" and head.startswith("answer ("):
+        elif code == "2" and head.startswith(("answer (", "commands: ", "options: ")):
             continue
         elif code == "2" and re.fullmatch(r"\[\w+\]", head):
             seen.stop = _STOP.get(head[1:-1], head[1:-1])  # type: ignore[assignment]

@@ -143,8 +143,8 @@ _ASK = {
     "tool": Degraded(_ASK_TOOL, tool_lines),
     "permission_allow_diff": Degraded(f"{_ASK_ASKED}; {_ASK_TOOL}", both(as_labels, tool_lines)),
     "permission_reject": Degraded(f"{_ASK_ASKED}; {_ASK_TOOL}", both(as_labels, tool_lines)),
-    "question": Degraded("numbered labels; without a terminal `--answer first` picks the first option (typed at a terminal: "
-                         "numbers or free text, not both)", both(as_labels, first_option)),  # fmt: skip
+    "question": Degraded("numbered labels; without a terminal `--answer first` picks the first option (typed at a terminal, "
+                         "or with `--answer-option`/`--answer-text`: options and free text together)", both(as_labels, first_option)),  # fmt: skip
     "subagent": Degraded("the sub-agent's lines marked ↳; " + _ASK_TOOL, tool_lines),
     "data": Degraded("pretty-printed JSON on stdout (a terminal has no structured values)", data_as_text),
     "files": Degraded("a one-line placeholder per image or link", lambda s: msgspec.structs.replace(s, files=tuple((k, "") for k, _ in s.files))),

@@ -44,6 +44,8 @@ WORDS: dict[str, str] = {
     "tool": "runs a read tool call: pending → in_progress → completed",
     "ask": "asks permission before an edit and acts on the answer",
     "choose": "asks a multiple-choice question (with free text allowed)",
+    "name": "asks a free-text question (no options) and greets the answer",
+    "form": "asks a form to fill (name, count, colour, yes/no) and echoes its values",
     "fork": "runs a sub-agent whose events carry the parent tool call id",
     "progress": "reports its progress (status text beside the answer, not in it)",
     "data": "answers with structured data (a JSON object) before the text",
@@ -123,7 +125,7 @@ class _DemoSession:
         if "all" in words:
             words.update(dict.fromkeys(("think", "plan", "tool", "ask", "fork"), ""))
         run = _DemoScript(turn, self.delay, f"m{self.n}")
-        steps = [w for w in ("tool", "ask", "choose", "fork", "slow") if w in words]
+        steps = [w for w in ("tool", "ask", "choose", "name", "form", "fork", "slow") if w in words]
         if "think" in words:
             await run.say(f"The user wrote {rest!r}. Let me work out what to do.", thought=True)
         if "progress" in words:
@@ -290,6 +292,32 @@ class _DemoScript:
         if answer.text:
             picked.append(answer.text)
         await self.say(f"You chose: {', '.join(picked)}. ")
+        return None
+
+    async def name(self, rest: str, _slow: float) -> StopReason | None:
+        q = Question(id=f"{self.message_id}-name", kind="choice", prompt="What is your name?", allow_text=True)
+        answer = await self.turn.ask(q)
+        if answer.cancelled:
+            return StopReason.CANCELLED if self.turn.cancel_requested else None
+        await self.say(f"Hello, {answer.text}! ")
+        return None
+
+    async def form(self, rest: str, _slow: float) -> StopReason | None:
+        schema = {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "title": "Name"},
+                "count": {"type": "integer", "title": "How many", "default": 1},
+                "colour": {"type": "string", "title": "Colour", "oneOf": [{"const": "red", "title": "Red"}, {"const": "blue", "title": "Blue"}]},
+                "urgent": {"type": "boolean", "title": "Urgent"},
+            },
+            "required": ["name", "colour"],
+        }
+        answer = await self.turn.ask(Question(id=f"{self.message_id}-form", kind="form", prompt="Fill in the order.", schema=schema))
+        if answer.cancelled:
+            return StopReason.CANCELLED if self.turn.cancel_requested else None
+        values = answer.values or {}
+        await self.say("You filled in: " + ", ".join(f"{k}={values[k]!r}" for k in sorted(values)) + ". ")
         return None
 
     async def fork(self, rest: str, slow: float) -> StopReason | None:
