@@ -294,7 +294,10 @@ async def _one_turn(config: Any, state_dir: str, req: AskRequest, ctrl_c: _CtrlC
 def run_ask(config: Any, state_dir: str, req: AskRequest) -> int:
     """Run one turn and return the exit code."""
     if req.route not in config.routes:
-        print(f"no route named {req.route!r}; routes are: {', '.join(sorted(config.routes))}", file=sys.stderr)
+        from bridge.config_check import did_you_mean
+
+        near = did_you_mean(req.route, config.routes)
+        print(f"no route named {req.route!r}; {near + ' ' if near else ''}routes are: {', '.join(sorted(config.routes))}", file=sys.stderr)
         return ASK_USAGE
 
     async def main() -> int:

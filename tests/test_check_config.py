@@ -124,7 +124,7 @@ def test_a_toml_syntax_error_names_the_file_once_with_its_line(tmp_path: Path, c
 
 def test_a_misspelt_route_on_the_command_line_gets_the_nearest_one(clean_env: dict[str, str]) -> None:
     proc = run("ask", "--config", str(REPO / "configs" / "example.toml"), "reserch", "hello", env=clean_env)
-    assert proc.returncode == 64 and "no route named 'reserch'; did you mean 'research'? routes are: " in proc.stderr, proc
+    assert proc.returncode == 2 and "no route named 'reserch'; did you mean 'research'? routes are: " in proc.stderr, proc
 
 
 # -- settings from the environment ------------------------------------------------------------
