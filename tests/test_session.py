@@ -620,3 +620,19 @@ async def test_a_back_that_cannot_be_made_fails_its_route_only() -> None:
         assert session.record.route == "demo"
         await manager.close_all()
         nursery.cancel_scope.cancel()
+
+
+async def test_sessions_closed_after_their_manager_stopped_end_in_their_caller() -> None:
+    # What `open_runtime` does when its caller is cancelled (Ctrl-C in `ask`): the
+    # manager's nursery is gone, then `close_all` closes what is still live. A session
+    # that never ran anything has no task to end in, and none can be started now.
+    with trio.fail_after(CEILING_S):
+        manager = SessionManager(make_config(), MemoryStore(), backs_with(None))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            watched, _ = await new_session(manager)
+            nursery.cancel_scope.cancel()
+        await watched.close()
+        await manager.close_all()
+        assert watched.closed and manager.live(watched.id) is None
+        assert (await manager.store.get_session(watched.id)) is not None

@@ -76,6 +76,7 @@ class SessionOwner(Protocol):
     accepting: bool
     refusal: str
     aborted: bool
+    lending: bool
 
     def lend_nursery(self) -> SupervisedNursery: ...
 
@@ -139,11 +140,11 @@ class Session(Commands, TurnRunner, Journal):
             self._nursery.start_soon(fn, *args)
             return
         self._wake()
-        assert self._queued is not None
-        self._queued.append((fn, args))
+        if self._queued is not None:  # else the manager is gone: nothing starts any more
+            self._queued.append((fn, args))
 
     def _wake(self) -> None:
-        if self._queued is None and not self._gone.is_set():
+        if self._queued is None and not self._gone.is_set() and self.manager.lending:
             self._queued = []
             self.manager.lend_nursery().start_soon(self.run)
 
@@ -206,7 +207,10 @@ class Session(Commands, TurnRunner, Journal):
             with trio.move_on_after(self.route.cancel_grace_s + 1):
                 await self.turn.wait()
         self._closed.set()
-        self._wake()  # a session that never ran anything closes in its task too
+        if self._queued is None and not self._gone.is_set() and not self.manager.lending:
+            await self.run()  # never ran, and its manager is gone: it ends here, not in a task
+        else:
+            self._wake()  # a session that never ran anything closes in its task too
 
     @property
     def closed(self) -> bool:

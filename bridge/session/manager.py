@@ -112,15 +112,25 @@ class SessionManager(Owners, Lifecycle):
         for cut in await self.store.close_cut_turns():
             log.warning("turn cut short by a stopped process: closed as interrupted",
                         extra={"session": cut.session_id, "turn": cut.turn_id})  # fmt: skip
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.cluster.run, self.serve_command)
-            await nursery.start(self.prompts.run)
-            nursery.start_soon(self.flusher.run)
-            nursery.start_soon(self._close_idle)
-            nursery.start_soon(self._watch_idle_turns)
-            task_status.started()
-            await trio.sleep_forever()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.cluster.run, self.serve_command)
+                await nursery.start(self.prompts.run)
+                nursery.start_soon(self.flusher.run)
+                nursery.start_soon(self._close_idle)
+                nursery.start_soon(self._watch_idle_turns)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            # Closed to new arrivals: a session closed from now on (`close_all` as its
+            # runtime unwinds) ends in its caller, not in a task (`Session.close`).
+            self._nursery = None
+
+    @property
+    def lending(self) -> bool:
+        """Whether `lend_nursery` can start tasks: `run` is running."""
+        return self._nursery is not None
 
     async def _close_idle(self) -> None:
         """Close the live sessions nobody has used for `[daemon] idle_session_close_s`,
