@@ -1,0 +1,115 @@
+"""The API descriptions the daemon serves, checked by their own tooling, and against the code.
+
+- `/api/openapi.json` (bridge/fronts/openapi.py) is valid OpenAPI 3.1 for
+  openapi-spec-validator, and documents every HTTP path the daemon's app registers
+  (other than the console's files, MCP's `/mcp` and A2A 0.3's `/v1` twins), so a new
+  endpoint without a description fails here;
+- `/api/asyncapi.json` (bridge/fronts/asyncapi.py) is valid AsyncAPI 3.0 for the official
+  parser (@asyncapi/parser, run by node in its own process, tests/peers/asyncapi), and
+  names exactly the client events the daemon decodes (bridge/schema/chat.py CLIENT_EVENTS);
+- the served bytes are those documents, with an ETag answered 304, without a token when
+  the REST API asks for one, and a foreign page's Origin refused as for every path.
+
+Real answers of the daemon against the documents' schemas: tests/test_chat_protocol_doc.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from daemon_support import base_config, demo_route, start_daemon
+from npm_support import node_exe, npm_ci
+from openapi_spec_validator import validate
+
+from bridge.backs import make_back
+from bridge.config import parse_config
+from bridge.daemon import build_app
+from bridge.fronts.asyncapi import CLIENT_FRAMES, PATCHES, build_asyncapi
+from bridge.fronts.http import _compile
+from bridge.fronts.openapi import build_openapi
+from bridge.schema import chat
+from bridge.session import SessionManager
+from bridge.store.memory import MemoryStore
+
+ASYNCAPI_PEER = Path(__file__).resolve().parent / "peers" / "asyncapi"
+# Served, but described elsewhere: the console's static files, MCP (its own protocol), A2A 0.3.
+UNDOCUMENTED = ("/", "/console/{path}", "/mcp", "/a2a/{route}/")
+
+
+def asyncapi_diagnostics(document: dict) -> dict:
+    """The official parser's verdict on `document`: {"parsed": bool, "diagnostics": [...]}."""
+    npm_ci(ASYNCAPI_PEER)
+    done = subprocess.run(
+        [node_exe(), "check.mjs"], cwd=ASYNCAPI_PEER, input=json.dumps(document), capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_openapi_document_is_valid_and_documents_every_path() -> None:
+    doc = build_openapi()
+    validate(doc)  # raises with the JSON path of the first problem
+    config = parse_config({"default_route": "demo", "routes": {"demo": {"back": {"kind": "demo"}}}})
+    app = build_app(config, SessionManager(config, MemoryStore(), make_back))
+    documented = {(m.upper(), _compile(p).pattern) for p, item in doc["paths"].items() for m in item if m != "parameters"}
+    served = {
+        (r.method, r.pattern.pattern)
+        for r in app._http  # type: ignore[attr-defined]
+        if r.method not in ("OPTIONS", "HEAD") and "/v1" not in r.pattern.pattern
+        and r.pattern.pattern not in {_compile(p).pattern for p in UNDOCUMENTED}
+    }  # fmt: skip
+    assert served - documented == set(), "served but not in /api/openapi.json"
+    ops = [op for item in doc["paths"].values() for m, op in item.items() if m != "parameters"]
+    assert len({op["operationId"] for op in ops}) == len(ops)
+
+
+def test_asyncapi_document_is_valid_for_the_official_parser_and_matches_the_decoders() -> None:
+    doc = build_asyncapi()
+    verdict = asyncapi_diagnostics(doc)
+    problems = [d for d in verdict["diagnostics"] if d["severity"] <= 1 and d["code"] != "asyncapi-latest-version"]
+    assert verdict["parsed"] and problems == [], problems
+    assert set(CLIENT_FRAMES) == set(chat.CLIENT_EVENTS)
+    assert all(CLIENT_FRAMES[name][0] is typ for name, typ in chat.CLIENT_EVENTS.items())
+    names = {m["name"] for m in doc["components"]["messages"].values()}
+    assert names >= set(chat.CLIENT_EVENTS) | {"session:subscribed", "session:commands", "chat:start", "turn:start",
+                                               "turn:patch", "turn:end", "chat:end", "system:error"}  # fmt: skip
+    assert set(PATCHES) == {"add_content", "add_tool_call", "tool_result", "set_status", "set_tool_status"}
+
+
+def test_the_asyncapi_parser_does_reject_a_broken_document() -> None:
+    """The checker can fail: a payload schema with a wrong type and a dangling reference."""
+    doc = build_asyncapi()
+    doc["components"]["schemas"]["SendMessage"]["properties"]["message"]["type"] = 12
+    doc["operations"]["onChatSend"]["channel"] = {"$ref": "#/channels/nowhere"}
+    verdict = asyncapi_diagnostics(doc)
+    assert not verdict["parsed"] and any(d["severity"] == 0 for d in verdict["diagnostics"]), verdict
+
+
+@pytest.mark.trio
+async def test_the_daemon_serves_both_documents_without_the_api_token(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = base_config(tmp_path, {"demo": demo_route()}, ws={"token_env": "DOCS_TOKEN"})
+    env = {**clean_env, "DOCS_TOKEN": "d0cs-token"}
+    async with start_daemon(bridge_exe, tmp_path, env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+        with trio.fail_after(60):
+            assert (await h.get("/api/sessions")).status_code == 401  # the API itself asks for the token
+            r = await h.get("/api/openapi.json")
+            assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
+            assert r.json() == json.loads(json.dumps(build_openapi()))
+            again = await h.get("/api/openapi.json", headers={"if-none-match": r.headers["etag"]})
+            assert (again.status_code, again.content) == (304, b"")
+            r = await h.get("/api/asyncapi.json", headers={"host": d.url.removeprefix("http://")})
+            assert r.status_code == 200, r.text
+            served = r.json()
+            assert served["servers"]["daemon"]["host"] == d.url.removeprefix("http://")
+            assert served["components"] == json.loads(json.dumps(build_asyncapi()["components"]))
+            head = await h.head("/api/asyncapi.json")
+            assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) == len(r.content)
+            foreign = await h.get("/api/openapi.json", headers={"origin": "https://evil.example"})
+            assert foreign.status_code == 403, foreign.text
