@@ -18,17 +18,24 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import trio
 from daemon_support import base_config, demo_route, start_daemon
+from hypothesis import given
+from hypothesis import strategies as st
 from npm_support import node_exe, npm_ci
 from openapi_spec_validator import validate
+from test_decoders_total import FUZZ, mutations, survives
 
 from bridge.backs import make_back
 from bridge.config import parse_config
 from bridge.daemon import build_app
+from bridge.errors import InvalidParams
+from bridge.fronts.chat import events_api
+from bridge.fronts.chat.rest import _create as rest_create
 from bridge.fronts.asyncapi import CLIENT_FRAMES, PATCHES, build_asyncapi
 from bridge.fronts.http import _compile
 from bridge.fronts.openapi import build_openapi
@@ -113,3 +120,28 @@ async def test_the_daemon_serves_both_documents_without_the_api_token(
             assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) == len(r.content)
             foreign = await h.get("/api/openapi.json", headers={"origin": "https://evil.example"})
             assert foreign.status_code == 403, foreign.text
+
+
+# -- the REST bodies' decoders are total -----------------------------------------------
+
+_BODY_SEEDS = [
+    b'{"route": "demo", "intent": "Try the demo"}',
+    b'{"text": "hello"}',
+    b'{"content": [{"type": "text", "text": "hi"}, {"type": "resource_link", "uri": "file:///a", "name": "a"}]}',
+    b'{"question_id": "m2-edit-q", "selected": ["allow"], "text": "yes", "values": {"n": 1}}',
+    b"{}",
+    b"",
+]
+
+
+@FUZZ
+@given(mutations(_BODY_SEEDS), st.sampled_from([rest_create, events_api._prompt, events_api._answer, events_api._cancel]))
+def test_rest_bodies_decode_or_are_refused_with_invalid_params(body: bytes, decoder: Any) -> None:
+    """What every body-taking endpoint decodes with (bridge/schema/chat_api.py): a value
+    the store and the JSON encoder can carry, or InvalidParams (a 400), nothing else."""
+    try:
+        value = events_api._decode(decoder, body)
+    except InvalidParams as exc:
+        assert exc.message.startswith(("invalid body", "the body is not JSON")), exc.message
+        return
+    survives(value)
