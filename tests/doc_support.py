@@ -10,6 +10,8 @@
 - `covers(doc, real)`: `doc` equals `real`, except that a list in `doc` may be a prefix of
   the list in `real` (the docs shorten long lists of commands).
 - `curl(command, env)`: a `curl` command line as (method, url, headers, body).
+- `OpenApiCheck(document)`: does an answer fit the response schema of its path, method and
+  status in an OpenAPI document (strictly)?
 - `strict(schema)`: a copy of a JSON Schema tree where every object schema that lists its
   properties allows no other, so an example with a misspelt field fails validation.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "Block", "blocks", "covers", "curl", "new_ids", "normalized", "strict"]
+__all__ = ["ROOT", "Block", "OpenApiCheck", "blocks", "covers", "curl", "new_ids", "normalized", "strict"]
 
 ROOT = Path(__file__).resolve().parent.parent
 _FENCE = re.compile(r"^```(\S*)\s*$")
@@ -142,3 +144,39 @@ def strict(schema: Any) -> Any:
     if "properties" in schema and "additionalProperties" not in schema and "allOf" not in schema:
         out["additionalProperties"] = False
     return out
+
+
+class OpenApiCheck:
+    """Real answers against an OpenAPI 3.1 document's response schemas (JSON Schema 2020-12)."""
+
+    URI = "urn:openapi"
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT202012
+
+        self.doc = strict(document)
+        self.registry = Registry().with_resource(self.URI, Resource(self.doc, DRAFT202012))
+
+    def errors(self, schema_at: str, value: Any) -> list[str]:
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator({"$ref": self.URI + schema_at}, registry=self.registry)
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(value)]
+
+    def response(self, method: str, path: str, status: int, body: Any, where: str) -> None:
+        for template, item in self.doc["paths"].items():
+            if re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", template), path) and method.lower() in item:
+                responses = item[method.lower()]["responses"]
+                response = responses.get(str(status), responses.get("default"))
+                assert response is not None, f"{where}: {method} {template} documents no {status}"
+                at = response["$ref"] if "$ref" in response else f"#/paths/{_escape(template)}/{method.lower()}/responses/{status}"
+                errors = self.errors(at + "/content/application~1json/schema", body)
+                assert not errors, f"{where}: {method} {path} {status}: {errors}"
+                return
+        raise AssertionError(f"{where}: {method} {path} is not in the OpenAPI document")
+
+
+def _escape(token: str) -> str:
+    """A JSON Pointer reference token (RFC 6901 §3)."""
+    return token.replace("~", "~0").replace("/", "~1")

@@ -24,6 +24,7 @@ import httpx
 import pytest
 import trio
 from daemon_support import base_config, demo_route, start_daemon
+from doc_support import OpenApiCheck
 from hypothesis import given
 from hypothesis import strategies as st
 from npm_support import node_exe, npm_ci
@@ -120,6 +121,20 @@ async def test_the_daemon_serves_both_documents_without_the_api_token(
             assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) == len(r.content)
             foreign = await h.get("/api/openapi.json", headers={"origin": "https://evil.example"})
             assert foreign.status_code == 403, foreign.text
+
+            # Real answers of the A2A HTTP+JSON binding and /healthz fit the document's schemas.
+            check, v1 = OpenApiCheck(build_openapi()), {"a2a-version": "1.0"}
+            calls = [("GET", "/healthz", None), ("GET", "/a2a/demo/.well-known/agent-card.json", None),
+                     ("POST", "/a2a/demo/message:send", {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}})]  # fmt: skip
+            for method, path, body in calls:
+                r = await h.request(method, path, json=body, headers=v1)
+                assert r.status_code == 200, r.text
+                check.response(method, path, 200, r.json(), "a2a")
+            task = r.json()["task"]["id"]
+            for path in (f"/a2a/demo/tasks/{task}", "/a2a/demo/tasks", "/a2a/demo/tasks/nope"):
+                r = await h.get(path, headers=v1)
+                check.response("GET", path, r.status_code, r.json(), "a2a")
+            assert r.status_code == 404  # the last: a RestError
 
 
 # -- the REST bodies' decoders are total -----------------------------------------------

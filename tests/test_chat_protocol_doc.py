@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +28,9 @@ import msgspec
 import pytest
 import trio
 from daemon_support import base_config, demo_route, start_daemon
-from doc_support import ROOT, Block, blocks, covers, curl, new_ids, normalized, strict
+from doc_support import ROOT, Block, OpenApiCheck, blocks, covers, curl, new_ids, normalized, strict
 from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT7, DRAFT202012
+from referencing.jsonschema import DRAFT7
 from trio_websocket import open_websocket_url
 
 from bridge.codecs.sse import SSEDecoder
@@ -41,10 +40,10 @@ from bridge.schema import chat
 
 DOC = ROOT / "docs" / "chat-protocol.md"
 PAGE_SESSION = "cadd99e526ab47638e60a01782e08303"  # the session id of the page's single frames
-_ASYNC, _OPEN = "urn:asyncapi", "urn:openapi"
-_async_doc, _open_doc = strict(build_asyncapi()), strict(build_openapi())
+_ASYNC = "urn:asyncapi"
+_async_doc = strict(build_asyncapi())
 _async_reg = Registry().with_resource(_ASYNC, Resource(_async_doc, DRAFT7))
-_open_reg = Registry().with_resource(_OPEN, Resource(_open_doc, DRAFT202012))
+_openapi = OpenApiCheck(build_openapi())
 _MESSAGE_KEY = {m["name"]: key for key, m in _async_doc["components"]["messages"].items()}
 
 
@@ -76,21 +75,7 @@ def check_frame(frame: dict[str, Any], where: str) -> None:
 
 def check_response(method: str, path: str, status: int, body: Any, where: str) -> None:
     """`body` fits the OpenAPI response schema of (method, path, status)."""
-    for template, item in _open_doc["paths"].items():
-        if re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", template), path) and method.lower() in item:
-            response = item[method.lower()]["responses"].get(str(status))
-            assert response is not None, f"{where}: {method} {template} documents no {status}"
-            at = response["$ref"] if "$ref" in response else "#/paths/{}/{}/responses/{}".format(_escape(template), method.lower(), status)
-            schema = {"$ref": _OPEN + at + "/content/application~1json/schema"}
-            errors = list(jsonschema.Draft202012Validator(schema, registry=_open_reg).iter_errors(body))
-            assert not errors, f"{where}: {[e.message for e in errors]}"
-            return
-    raise AssertionError(f"{where}: {method} {path} is not in /api/openapi.json")
-
-
-def _escape(token: str) -> str:
-    """A JSON Pointer reference token (RFC 6901 §3)."""
-    return token.replace("~", "~0").replace("/", "~1")
+    _openapi.response(method, path, status, body, where)
 
 
 def sse_events(text: bytes) -> list[tuple[str, Any]]:
@@ -102,10 +87,8 @@ def sse_events(text: bytes) -> list[tuple[str, Any]]:
 def check_sse(events: list[tuple[str, Any]], where: str) -> None:
     names = {"caught_up": "CaughtUp", "session": "SessionInfo"}
     for event, data in events:
-        name = names.get(event, "CanonicalEvent")
-        schema = {"$ref": f"{_OPEN}#/components/schemas/{name}"}
-        errors = list(jsonschema.Draft202012Validator(schema, registry=_open_reg).iter_errors(data))
-        assert not errors, f"{where}: {event}: {[e.message for e in errors]}"
+        errors = _openapi.errors("#/components/schemas/" + names.get(event, "CanonicalEvent"), data)
+        assert not errors, f"{where}: {event}: {errors}"
 
 
 def test_every_frame_of_the_page_fits_the_asyncapi_document_and_decodes() -> None:
