@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["components", "for_asyncapi", "ref"]
+__all__ = ["components", "for_asyncapi"]
 
 
 def components(types: Iterable[Any], prefix: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -26,10 +26,6 @@ def components(types: Iterable[Any], prefix: str) -> tuple[list[dict[str, Any]],
     their references written `prefix` + name (e.g. "#/components/schemas/")."""
     schemas, named = msgspec.json.schema_components(list(types), ref_template=prefix + "{name}")
     return list(schemas), dict(named)
-
-
-def ref(prefix: str, name: str) -> dict[str, str]:
-    return {"$ref": prefix + name}
 
 
 def for_asyncapi(schema: Any) -> Any:

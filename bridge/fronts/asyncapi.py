@@ -112,17 +112,25 @@ def build_asyncapi() -> dict[str, Any]:
                 # The first frame may carry the token (`auth`), and nothing else need be in it.
                 payload["properties"]["auth"] = {"$ref": _PREFIX + "AuthInfo"}
             messages[_id(name)] = {"name": name, "title": name, "summary": about, "payload": payload}
+    messages["auth"] = {
+        "name": "auth",
+        "title": "auth",
+        "summary": "The token alone, as the first frame (when the upgrade carried no `Authorization` header).",
+        "payload": {"type": "object", "properties": {"auth": {"$ref": _PREFIX + "AuthInfo"}}, "required": ["auth"]},
+    }
     channel_messages = {key: {"$ref": f"#/components/messages/{key}"} for key in messages}
     operations: dict[str, Any] = {}
-    for frames, action in ((CLIENT_FRAMES, "receive"), (SERVER_FRAMES, "send")):
-        for name, (_, about) in frames.items():
-            key = _id(name)
-            operations[("on" if action == "receive" else "send") + key[:1].upper() + key[1:]] = {
-                "action": action,
-                "channel": {"$ref": "#/channels/chat"},
-                "summary": about,
-                "messages": [{"$ref": f"#/channels/chat/messages/{key}"}],
-            }
+    sides = [(name, about, "receive") for name, (_, about) in CLIENT_FRAMES.items()]
+    sides += [("auth", messages["auth"]["summary"], "receive")]
+    sides += [(name, about, "send") for name, (_, about) in SERVER_FRAMES.items()]
+    for name, about, action in sides:
+        key = _id(name)
+        operations[("on" if action == "receive" else "send") + key[:1].upper() + key[1:]] = {
+            "action": action,
+            "channel": {"$ref": "#/channels/chat"},
+            "summary": about,
+            "messages": [{"$ref": f"#/channels/chat/messages/{key}"}],
+        }
     return {
         "asyncapi": "3.0.0",
         "info": {
