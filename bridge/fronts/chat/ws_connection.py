@@ -414,7 +414,8 @@ class WsConnection:
         content = chat_parts.message_to_content(p.message)
         if not content:
             # Unknown fields are ignored (forward compatible): name them where one was meant as the message.
-            ignored = [k[:40] for k in sorted(set(_keys.decode(bytes(raw))) - set(chat.SendMessage.__struct_fields__))[:8]]
+            given = _keys.decode(bytes(raw)) if isinstance(raw, msgspec.Raw) else {}
+            ignored = [k[:40] for k in sorted(set(given) - set(chat.SendMessage.__struct_fields__))[:8]]
             hint = f"; ignored unknown field(s) {', '.join(ignored)}" if ignored else ""
             raise InvalidParams(f'message is empty: send {{"session_id", "message": text or items}} or an askuser_answer{hint}')
         if p.output_schema is not None:
