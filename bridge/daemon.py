@@ -150,6 +150,9 @@ def build_app(config: Config, manager: SessionManager, *, readiness: Any = None,
     from bridge.fronts import console
 
     console.register(app)  # the web console at `/`: static files calling the public APIs
+    from bridge.fronts import api_docs
+
+    api_docs.register(app)  # /api/openapi.json, /api/asyncapi.json: what the APIs are, no data
     # Every front on the listener, as its package declares (bridge/registry.py, FrontKind.register).
     for front in config.protocols.fronts.values():
         if front.register is not None:

@@ -3,7 +3,7 @@
     GET  /api/sessions/{id}/events?after&tail_turns&through   text/event-stream
     POST /api/sessions/{id}/prompt   {text} | {content: [ContentBlock]} → 202 {turn_id}
     POST /api/sessions/{id}/answer   {question_id, selected?, text?, values?} → {answered}
-    POST /api/sessions/{id}/cancel   → {cancelled}
+    POST /api/sessions/{id}/cancel   {} or no body → {cancelled}
 
 These speak the bridge's turn model itself (bridge/core/events.py, bridge/core/content.py),
 not a protocol's projection of it, so a client sees everything a turn carries (tool
@@ -34,15 +34,16 @@ import trio
 from bridge.codecs import safejson
 from bridge.codecs.sse import encode_event
 from bridge.config import Config
+from bridge.core.content import TextContent
 from bridge.core.identity import calling, of_scope
 from bridge.fronts import owners
-from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import Event
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.fronts.chat.rest import RestApi
 from bridge.fronts.chat.sse_out import SseOut, Write
 from bridge.fronts.http import Scope, header, read_body
+from bridge.schema.chat_api import AnswerBody, CancelBody, PromptBody
 from bridge.session import SessionManager
 
 __all__ = ["CanonicalApi", "Slots", "event_frame", "query_ints", "sse_handler"]
@@ -59,20 +60,10 @@ def event_frame(event: Event) -> bytes:
     return encode_event(_enc.encode(event), event=type(event).__struct_config__.tag, id=event.seq)  # type: ignore[arg-type]
 
 
-class _Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    text: str | None = None
-    content: list[ContentBlock] | None = None
-
-
-class _Answer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    question_id: str
-    selected: list[str] = []
-    text: str | None = None
-    values: dict[str, Any] | None = None
-
-
-_prompt = safejson.Decoder(_Prompt)
-_answer = safejson.Decoder(_Answer)
+# Request bodies reject unknown fields, naming them (bridge/schema/chat_api.py).
+_prompt = safejson.Decoder(PromptBody)
+_answer = safejson.Decoder(AnswerBody)
+_cancel = safejson.Decoder(CancelBody)
 
 
 def _decode(decoder: safejson.Decoder[Any], body: bytes) -> Any:
@@ -305,7 +296,7 @@ class CanonicalApi:
         return 200, {"answered": True}, []
 
     async def cancel(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
-        await read_body(receive, self.max_body)
+        _decode(_cancel, await read_body(receive, self.max_body))
         session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "use")
         return 200, {"cancelled": await session.send_cancel()}, []
 

@@ -55,6 +55,7 @@ from bridge.fronts.chat.routes_api import RoutesApi, default_route
 from bridge.fronts.chat.views import SessionViews, command_dicts
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes, send_json
 from bridge.fronts.chat.state import ChatSessionState
+from bridge.schema.chat_api import CreateSession
 from bridge.session import SessionManager
 from bridge.store import SessionRecord
 
@@ -68,12 +69,7 @@ _EXPOSED = "X-Chat-Sequence, X-Next-Cursor, Link"
 _enc = msgspec.json.Encoder()
 
 
-class CreateSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    route: str | None = None
-    intent: str | None = None
-
-
-_create = safejson.Decoder(CreateSession)  # any bytes: a value or DecodeError (400)
+_create = safejson.Decoder(CreateSession)  # any bytes: a value or DecodeError (400); unknown fields named
 
 
 _INDEX_PARAMS = ("limit", "offset", "route", "front", "status", "q", "counts")

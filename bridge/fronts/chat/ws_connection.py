@@ -55,6 +55,7 @@ log = logging.getLogger("bridge.fronts.chat.ws")  # one logger for the front
 CLOSE_SLOW = 4008  # application-defined twin of 1008 (policy): "slow consumer"
 CLOSE_GOING_AWAY = 1001  # RFC 6455 §7.4.1: "a server going down"
 _frame = safejson.Decoder(chat.ClientFrame)  # any bytes or text: a value or DecodeError
+_keys = safejson.Decoder(dict[str, Any])  # a chat:send's data again, only when its message is empty
 _data: dict[str, safejson.Decoder[Any]] = {name: safejson.Decoder(typ) for name, typ in chat.CLIENT_EVENTS.items()}
 
 
@@ -358,13 +359,14 @@ class WsConnection:
                 return  # an authentication frame and nothing else
             decoder = _data.get(frame.event)
             if decoder is None:
-                raise MethodNotFound(f"unknown event {frame.event!r}; events are {sorted(_data)}")
+                what = f"unknown event {frame.event!r}" if frame.event else 'no "event": a frame is {"event": NAME, "data": {...}}'
+                raise MethodNotFound(f"{what}; events are {sorted(_data)}")
             try:
                 params = decoder.decode(frame.data if not isinstance(frame.data, msgspec.UnsetType) else b"{}")
             except msgspec.ValidationError as exc:
                 raise InvalidParams(f"{frame.event}: {exc}") from exc
             session_id = getattr(params, "session_id", None)
-            await self._dispatch(frame.event, params)
+            await self._dispatch(frame.event, params, frame.data)
         except PeerError as exc:
             log.warning("chat client error from %s: %s", self.peer, exc.message)
             self._error(exc, session_id)
@@ -380,14 +382,14 @@ class WsConnection:
             self._error(exc, session_id)
 
     # -- events -----------------------------------------------------------------------------
-    async def _dispatch(self, event: str, p: Any) -> None:
+    async def _dispatch(self, event: str, p: Any, raw: Any) -> None:
         if event == "session:subscribe":
             await self._subscribe(p.session_id, p.after_sequence, ack=True)
         elif event == "session:unsubscribe":
             if self.subs.pop(p.session_id, None) is not None:
                 self.front.streams.unwatch(p.session_id, self)
         elif event == "chat:send":
-            await self._send(p)
+            await self._send(p, raw)
         elif event == "chat:stop":
             session = await owners.get_checked(self.front.manager, p.session_id, self.identity, "use")
             await session.send_cancel()  # the run ends with chat:end status "interrupted"
@@ -412,7 +414,7 @@ class WsConnection:
             self._put(commands_frame(session_id, session.commands()).decode())
         return session
 
-    async def _send(self, p: chat.SendMessage) -> None:
+    async def _send(self, p: chat.SendMessage, raw: Any) -> None:
         action: Action = "answer" if p.askuser_answer is not None else "use"
         session = await owners.get_checked(self.front.manager, p.session_id, self.identity, action)
         if self.subs.get(p.session_id) is not session:  # the sender hears its run
@@ -422,7 +424,11 @@ class WsConnection:
             return
         content = chat_parts.message_to_content(p.message)
         if not content:
-            raise InvalidParams("message is empty (send text, content items or an askuser_answer)")
+            # Unknown fields are ignored (forward compatible): name them where one was meant as the message.
+            given = _keys.decode(bytes(raw)) if isinstance(raw, msgspec.Raw) else {}
+            ignored = [k[:40] for k in sorted(set(given) - set(chat.SendMessage.__struct_fields__))[:8]]
+            hint = f"; ignored unknown field(s) {', '.join(ignored)}" if ignored else ""
+            raise InvalidParams(f'message is empty: send {{"session_id", "message": text or items}} or an askuser_answer{hint}')
         if p.output_schema is not None:
             chat_parts.check_output_schema(p.output_schema)
         for value, category in ((p.mode, "mode"), (p.model, "model")):
