@@ -6,8 +6,8 @@ written; `pip install -e .` is the one step replaced (no network: the new enviro
 given this one's installed packages and the clone's source, and the `agent-bridge`
 script pip would write); `agent-bridge ask demo "all: hello" --answer allow` runs as
 written and must stream the demo turn; `agent-bridge serve` runs as written, on a free
-port (`$AGENT_BRIDGE_CONFIG`, which README names, points at the clone's own demo config
-with `listen` on port 0), and must print its console's URL. Then, as docs/chat-protocol.md
+port and ACP socket (`$AGENT_BRIDGE_LISTEN` and `$AGENT_BRIDGE__DAEMON__ACP_SOCKET`, as
+README says), and must print its console's URL. Then, as docs/chat-protocol.md
 says in "In one minute": `/healthz`, its `curl` opening a session, its `chat:send` frame
 sent as shown up to `chat:end`, and its Python client run with the clone's interpreter.
 
@@ -85,13 +85,12 @@ async def test_the_readme_and_the_protocol_page_work_in_a_fresh_clone(tmp_path: 
             assert shape in out, (shape, out)
         assert out.rstrip().splitlines()[-1] == "[end_turn]", out
 
-        # `serve`, as README writes it, on a port of its own (README: `--config` defaults to $AGENT_BRIDGE_CONFIG).
-        config = tmp_path / "newcomer.toml"
-        demo = (clone / "configs" / "demo.toml").read_text()
-        socket = tmp_path / "acp.sock"
-        config.write_text(demo.replace("[routes.demo]", f'[server]\nlisten = "127.0.0.1:0"\n\n[daemon]\nacp_socket = "{socket}"\n\n[routes.demo]', 1))
+        # `serve`, as README writes it, on a port of its own and a socket of its own, moved
+        # the way README's Troubleshooting and Configuration say: `$AGENT_BRIDGE_LISTEN` and
+        # an `AGENT_BRIDGE__TABLE__KEY` override.
+        moved = {"AGENT_BRIDGE_LISTEN": "127.0.0.1:0", "AGENT_BRIDGE__DAEMON__ACP_SOCKET": str(tmp_path / "acp.sock")}
         proc = await trio.lowlevel.open_process(
-            ["bash", "-c", f"exec {serve}"], cwd=clone, env={**env, "AGENT_BRIDGE_CONFIG": str(config)},
+            ["bash", "-c", f"exec {serve}"], cwd=clone, env={**env, **moved},
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
