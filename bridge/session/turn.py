@@ -22,6 +22,7 @@ import trio
 
 from bridge.config import Route
 from bridge.core.content import ContentBlock
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.core.events import (
     CommandInfo,
     CommandsAvailable,
@@ -78,6 +79,9 @@ class Turn:
         self.prompt = prompt
         self.message_id = message_id  # the client's own id for its prompt, if its protocol has one
         self.message_meta = message_meta
+        # Who asked for it (bridge/core/identity.py): set by `begin_turn`; a back may
+        # forward it (the A2A back's `forward_identity_header`).
+        self.identity: Identity = ANONYMOUS
         self.options = dict(session.record.options)
         self.machine = TurnMachine()
         self.machine.apply(TurnInput.PROMPT)

@@ -43,6 +43,7 @@ from bridge.core.events import (
     ToolCallUpdated,
     TurnEnded,
 )
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.errors import (
     AuthRequired,
     BackAuthRequired,
@@ -104,6 +105,10 @@ class AcpConnection:
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
+        # Who is at the other end (bridge/core/identity.py): the hook where the unix
+        # socket sets its peer's Unix user; stdio and unidentified sockets are ANONYMOUS.
+        # Its turns carry it, and `[limits]` count them against it.
+        self.identity: Identity = ANONYMOUS
         self.services = EditorServices(self.conn, config.section(AcpFrontConfig).request_timeout_s)
         self.questions = EditorQuestions(self.services)
         self._nursery: trio.Nursery | None = None
@@ -371,7 +376,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
-        turn = await session.begin_turn([block_in(b) for b in p.prompt])
+        turn = await session.begin_turn([block_in(b) for b in p.prompt], identity=self.identity, front="acp")
         self.prompts[call.id] = session
         assert self._nursery is not None
         self._nursery.start_soon(self._answer_prompt, call.id, turn)

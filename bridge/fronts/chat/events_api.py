@@ -36,6 +36,7 @@ from bridge.codecs.sse import encode_event
 from bridge.config import Config
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import Event
+from bridge.core.identity import of_scope
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.fronts.chat.rest import RestApi
@@ -291,7 +292,8 @@ class CanonicalApi:
             raise InvalidParams("give either text or content (a list of content blocks)")
         content = req.content if req.content is not None else [TextContent(text=req.text)]
         session = await self.manager.get(params["session_id"])
-        turn = await session.begin_turn(content)  # Busy: 409; a bad /command: 400
+        # Busy: 409; a bad /command: 400; over `[limits]`: 429 with Retry-After (bridge/fronts/chat/rest.py).
+        turn = await session.begin_turn(content, identity=of_scope(scope), front="rest")
         return 202, {"turn_id": turn.turn_id}, []
 
     async def answer(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:

@@ -45,6 +45,7 @@ import trio
 
 from bridge.config import Config
 from bridge.fronts.chat.config import WsFrontConfig
+from bridge.core.identity import of_scope
 from bridge.errors import PeerError, codes_for
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
@@ -117,6 +118,7 @@ class WsFront:
                 await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
             return
         conn = WsConnection(self, receive, send, authed=authed)
+        conn.identity = of_scope(scope)
         try:
             await conn.run()
         except Exception:

@@ -18,6 +18,7 @@ import trio
 
 from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.errors import (
     AuthRequired,
     BridgeError,
@@ -29,6 +30,7 @@ from bridge.errors import (
     MethodNotFound,
     NotFound,
     Overloaded,
+    RateLimited,
     ParseError,
     PeerError,
 )
@@ -74,6 +76,7 @@ _CODES = {
     NotFound: "not_found",
     Busy: "busy",
     Overloaded: "overloaded",
+    RateLimited: "rate_limited",  # `detail` says which limit and `retryAfter` (seconds)
 }
 
 
@@ -111,6 +114,9 @@ class WsConnection:
         self.receive = receive
         self.send = send
         self.authed = authed
+        # Who is connected (bridge/core/identity.py; set by bridge/fronts/chat/ws.py from
+        # the upgrade's scope): its turns carry it, and `[limits]` count them against it.
+        self.identity: Identity = ANONYMOUS
         self._authed: trio.Event | None = None if authed else trio.Event()
         self.outbox = FrameQueue()
         self.subs: dict[str, Any] = {}
@@ -422,7 +428,7 @@ class WsConnection:
         headless = p.headless or p.output_schema is not None
         # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
         meta = run_meta(chat.RunOptions(headless=True, output_schema=p.output_schema)) if headless else None
-        await session.begin_turn(content, record_meta=meta)
+        await session.begin_turn(content, record_meta=meta, identity=self.identity, front="ws")
 
     async def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
         projector = self.front.streams.live_projector(session.id)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import mcp_types as types
 import trio
+from mcp.shared.exceptions import MCPError
 
 from bridge.config import Config
 from bridge.core.content import (
@@ -56,7 +57,8 @@ from bridge.core.events import (
     ToolCallStarted,
     TurnEnded,
 )
-from bridge.errors import BridgeError, InvalidParams, NotFound
+from bridge.core.identity import ANONYMOUS, Identity, of_scope
+from bridge.errors import BridgeError, InvalidParams, NotFound, RateLimited, codes_for
 from bridge.fronts.mcp.elicit import answer_of, can_elicit, form_of
 from bridge.session import Session, SessionManager
 
@@ -210,7 +212,11 @@ async def _one_turn(
     session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float
 ) -> types.CallToolResult:
     try:
-        turn = await session.begin_turn([TextContent(text=prompt)])
+        turn = await session.begin_turn([TextContent(text=prompt)], identity=identity_of(ctx), front="mcp")
+    except RateLimited as exc:
+        # Not the tool's failure but the server refusing the request: a JSON-RPC error
+        # the client can back off on (-32005, `data.retryAfter` in seconds).
+        raise MCPError(codes_for(exc).jsonrpc, exc.message, data=exc.data) from None
     except BridgeError as exc:  # a refused slash command, a busy session, shutting down
         return _error(exc.message, session_id=session.id)
     try:
@@ -231,6 +237,13 @@ async def _one_turn(
     if ended.error is not None:
         return _error(ended.error.message, **structured)
     return collector.result(structured)
+
+
+def identity_of(ctx: Any) -> Identity:
+    """Who calls: the identity the HTTP front put in the request's scope (bridge/core/identity.py);
+    over stdio, nobody said: ANONYMOUS."""
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    return of_scope(scope) if isinstance(scope, dict) else ANONYMOUS
 
 
 async def _watch(session: Session, collector: _Collector, ctx: Any, interval: float, *, nursery: trio.Nursery) -> None:
