@@ -364,6 +364,12 @@ def _check_route(name: str, route: Route) -> list[str]:
     where = f"$.routes.{name}"
     if not _NAME.match(name):
         problems.append(f"{where}: route names use letters, digits, '_', '.', '-' (at most 64)")
+    if route.oauth is not None:
+        kind = registry.back_kind_of(route.back).kind
+        if kind not in ("a2a", "chat"):
+            problems.append(f"{where}.oauth: a {kind} back takes no OAuth token (the a2a and chat backs do)")
+        elif getattr(route.back, "token_env", None) or getattr(route.back, "token_file", None):
+            problems.append(f"{where}.oauth: the back has token_env or token_file too; set one of them")
     seen: set[str] = set()
     for i, opt in enumerate(route.options):
         if opt.id in seen:
