@@ -105,7 +105,7 @@ class WsConnection:
     __slots__ = (
         "front", "cfg", "receive", "send", "authed", "_authed", "outbox", "subs", "close_code",
         "close_reason", "_flush", "sending_since", "_tokens", "_refilled", "_nursery", "sender",
-        "_writing", "_ping_due", "_heard",
+        "_writing", "_ping_due", "_heard", "identity",
     )  # fmt: skip
 
     def __init__(self, front: Any, receive: Any, send: Any, *, authed: bool) -> None:
