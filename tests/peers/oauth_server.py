@@ -13,8 +13,9 @@ It binds 127.0.0.1 on a port the OS picks and prints `PORT <n>`. Endpoints:
 - `POST /introspect` (RFC 7662 §2): `{"active": bool, "client_id", "sub"}` for `token=`;
   the test agents (a2a_agent.py, socketio_server.py, mcp_prompts_server.py) ask it.
 - `POST /_test/revoke`: every token issued so far stops being active (not the refresh tokens).
-- `GET /_test/wait-expired?token=T`: answers once T has expired (a long poll: the test
-  waits on the server's own clock, not on a sleep of its own).
+- `GET /_test/wait-expired?token=T` (or `?scope=S`: every token issued for scope S):
+  answers once it has expired (a long poll: the test waits on the server's own clock,
+  not on a sleep of its own).
 - `GET /_test/log`: every token request: grant, client, ok, the form's other keys.
 """
 
@@ -65,9 +66,9 @@ def main() -> None:
             cid, secret = form.get("client_id", ""), form.get("client_secret", "")
         return cid if cid in clients and clients[cid] == secret else None
 
-    def issue(cid: str, sub: str) -> dict[str, Any]:
+    def issue(cid: str, sub: str, scope: str = "") -> dict[str, Any]:
         token = secrets.token_urlsafe(24)
-        tokens[token] = {"client": cid, "sub": sub, "exp": time.monotonic() + args.expires_in}
+        tokens[token] = {"client": cid, "sub": sub, "exp": time.monotonic() + args.expires_in, "scope": scope}
         out: dict[str, Any] = {"access_token": token, "token_type": "Bearer", "expires_in": args.expires_in}
         if args.refresh:
             r = secrets.token_urlsafe(24)
@@ -90,13 +91,13 @@ def main() -> None:
             if cid is None:
                 return JSONResponse({"error": "invalid_client", "error_description": "unknown client or wrong secret"}, status_code=401)
             entry["ok"] = True
-            return JSONResponse(issue(cid, f"client:{cid}"))
+            return JSONResponse(issue(cid, f"client:{cid}", form.get("scope", "")))
         if grant == "refresh_token":
             owner = refresh.pop(form.get("refresh_token", ""), None)
             if owner is None or owner != cid:
                 return JSONResponse({"error": "invalid_grant"}, status_code=400)
             entry["ok"] = True
-            return JSONResponse(issue(owner, f"client:{owner}"))
+            return JSONResponse(issue(owner, f"client:{owner}", form.get("scope", "")))
         if grant == TOKEN_EXCHANGE:
             if args.subject_token is None or form.get("subject_token") != args.subject_token:
                 return JSONResponse({"error": "invalid_grant", "error_description": "bad subject token"}, status_code=400)
@@ -118,9 +119,13 @@ def main() -> None:
         return JSONResponse({"ok": True})
 
     async def wait_expired(request: Request) -> Response:
-        info = tokens.get(request.query_params.get("token", ""))
-        if info is not None:
-            await asyncio.sleep(max(0.0, info["exp"] - time.monotonic()) + 0.01)
+        scope = request.query_params.get("scope")
+        if scope is not None:
+            found = [t for t in tokens.values() if t["scope"] == scope]
+        else:
+            found = [t for t in (tokens.get(request.query_params.get("token", "")),) if t is not None]
+        if found:
+            await asyncio.sleep(max(0.0, max(t["exp"] for t in found) - time.monotonic()) + 0.01)
         return JSONResponse({"expired": True})
 
     async def get_log(request: Request) -> Response:
