@@ -253,3 +253,34 @@ def test_config_checks() -> None:
         parse_config(_route(good, {"kind": "demo"}))
     with pytest.raises(ConfigError, match="token_env or token_file too"):
         parse_config(_route(good, {"kind": "a2a", "url": "http://127.0.0.1:9", "token_env": "T"}))
+
+
+# -- the A2A back: the token and the caller on each call ------------------------------------------
+
+
+async def test_the_a2a_back_sends_the_token_and_names_the_caller() -> None:
+    from bridge.backs.a2a.http import CALLER, AgentHttp
+    from bridge.core.identity import ANONYMOUS, Identity
+    from bridge.transport.oauth import _Token
+
+    oauth = {"token_url": "https://auth.example/token", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET",
+             "forward_identity_header": "X-Forwarded-User"}  # fmt: skip
+    route = parse_config(_route(oauth, {"kind": "a2a", "url": "https://agent.example/a2a", "headers": {"X-Team": "docs"}})).routes["r"]
+    http = AgentHttp("r", route)
+    assert http.oauth is not None and http.has_token()
+    http.oauth._token = _Token("tok-1", float("inf"))
+    headers, token = await http.auth("https://agent.example/a2a/v1")
+    assert token == "tok-1" and headers == {"X-Team": "docs", "Authorization": "Bearer tok-1"}  # anonymous: not named
+    CALLER.set(Identity(subject="ada@example.com", via="jwt", issuer="https://issuer.example"))
+    headers, _ = await http.auth("https://agent.example/a2a")
+    assert headers["X-Forwarded-User"] == "ada@example.com"
+    CALLER.set(Identity(subject="Adá\r\nX-Evil: 1", via="token"))
+    headers, _ = await http.auth("https://agent.example/a2a")
+    assert headers["X-Forwarded-User"] == "Ad%C3%A1%0D%0AX-Evil%3A%201"  # never a header of its own
+    CALLER.set(ANONYMOUS)
+    with pytest.raises(BackError, match="not the configured origin"):
+        await http.auth("https://elsewhere.example/a2a")  # the token stays with its agent
+    # A 401 to that token forgets it; to another one (already renewed) does nothing.
+    assert http.unauthorized(401, "tok-1") and http.oauth._token is None
+    assert not http.unauthorized(403, "tok-1") and not http.unauthorized(401, None)
+    await http.aclose()
