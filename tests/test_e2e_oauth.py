@@ -155,6 +155,14 @@ oauth = {_oauth(auth, "chat")}
             assert await grants("chat") == [("client_credentials", True)]
             chat_log = (await httpx.AsyncClient(trust_env=False).get(f"http://127.0.0.1:{chat}/_test/log")).json()
             assert not [e for e in chat_log if e["kind"] == "refused"], chat_log
+            # Revoked: a new session's POST /api/sessions gets 401, the token is renewed, the call sent again.
+            await tokens.post("/_test/revoke")
+            task = await _turn(h, "chatty", "hello again", "m6")
+            assert task["status"]["state"] == "TASK_STATE_COMPLETED" and "You said: again" in json.dumps(task), task
+            assert len(await grants("chat")) == 2
+            chat_log = (await httpx.AsyncClient(trust_env=False).get(f"http://127.0.0.1:{chat}/_test/log")).json()
+            posts = [e["auth"] for e in chat_log if e["kind"] == "rest" and e["method"] == "POST"]
+            assert len(posts) == 3, chat_log  # the first session's, then the new one's twice
 
             # The prompt source: up with its token, its prompt expanded through the MCP front.
             await until_log(d, "prompt source team: 3 prompts")

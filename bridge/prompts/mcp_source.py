@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -42,6 +42,7 @@ from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.core.content import ContentBlock
 from bridge.errors import BackError, PromptError
 from bridge.prompts import stdio
+from bridge.prompts.mcp_auth import OAuthFlow
 from bridge.prompts.config import PromptSource
 from bridge.prompts.text import PromptArg, PromptSpec, Role
 from bridge.transport.ndjson import receive_frames
@@ -255,7 +256,7 @@ class McpSource:
         self._http_status = None
         if cfg.url is not None:
             headers = {k: stdio.secret(v, f"prompt source {cfg.name}: header {k}") for k, v in cfg.headers.items()}
-            auth = _OAuthFlow(self.oauth) if self.oauth is not None else None
+            auth = OAuthFlow(self.oauth) if self.oauth is not None else None
             await self._session(_http_transport(cfg.url, headers, cfg.request_timeout_s, self._saw_status, auth))
             return
         async with trio.open_nursery() as nursery:
@@ -397,24 +398,6 @@ async def _http_transport(
     http.event_hooks["response"].append(on_response)
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
-
-
-class _OAuthFlow(httpx2.Auth):
-    """Every request of the source's client carries its OAuth access token (MCP 2025-11-25
-    Authorization §2.6: `Authorization: Bearer` on every HTTP request); a 401 renews the
-    token and sends the request once more."""
-
-    def __init__(self, oauth: OAuthClient) -> None:
-        self.oauth = oauth
-
-    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        token = await self.oauth.token()
-        request.headers["Authorization"] = f"Bearer {token}"
-        response = yield request
-        if response.status_code == 401:
-            self.oauth.invalidate(token)
-            request.headers["Authorization"] = f"Bearer {await self.oauth.token()}"
-            yield request
 
 
 def _error_data(exc: BaseException) -> Any:
