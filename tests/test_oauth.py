@@ -284,3 +284,19 @@ async def test_the_a2a_back_sends_the_token_and_names_the_caller() -> None:
     assert http.unauthorized(401, "tok-1") and http.oauth._token is None
     assert not http.unauthorized(403, "tok-1") and not http.unauthorized(401, None)
     await http.aclose()
+
+
+async def test_a_server_echoing_the_secret_does_not_put_it_in_the_error(autojump_clock: trio.testing.MockClock) -> None:
+    async def echo(request: httpx.Request) -> httpx.Response:
+        import base64
+
+        basic = request.headers["authorization"].split()[1]
+        return httpx.Response(400, json={"error": "invalid_request", "error_description": f"bad: {base64.b64decode(basic).decode()}"})
+
+    cfg = msgspec.convert({"token_url": "http://auth.test/token", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET"}, OAuthConfig)
+    client = OAuthClient(cfg, name="route r")
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(echo))
+    with pytest.raises(BackError) as caught:
+        await client.token()
+    assert SECRET not in caught.value.message and "bad: c:***" in caught.value.message, caught.value.message
+    await client.aclose()

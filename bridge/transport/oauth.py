@@ -83,11 +83,12 @@ class _Token:
 class _Flight:
     """One token request in progress, and what it came to."""
 
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "error", "token")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: BackError | None = None
+        self.token: str | None = None
 
 
 class _Retry(Exception):
@@ -122,6 +123,7 @@ class OAuthClient:
         u = urlsplit(cfg.token_url)
         self._where = f"{u.scheme}://{u.hostname or ''}{':' + str(u.port) if u.port else ''}{u.path}"
         self.requests = 0  # token requests sent (a metric, and what tests count)
+        self._sent: set[str] = set()  # the secrets read for requests: kept out of what a server says back
 
     def __repr__(self) -> str:
         return f"OAuthClient({self.name!r}, token_url={self._where!r})"
@@ -143,7 +145,9 @@ class OAuthClient:
             await flight.done.wait()
             if flight.error is not None:
                 raise type(flight.error)(flight.error.message)
-            # Its leader was cancelled, or it worked: look again.
+            if flight.token is not None:  # what it brought, even one already due (expires_in 0)
+                return flight.token
+            # Its leader was cancelled: look again (one of the waiters leads).
 
     def invalidate(self, value: str) -> None:
         """The agent refused `value` (HTTP 401): the next `token()` gets a new one. A token
@@ -155,13 +159,13 @@ class OAuthClient:
         flight = self._flight = _Flight()
         try:
             token = await self._fetch()
+            self._token, flight.token = token, token.value
         except BackError as exc:
             flight.error = exc
             raise
         finally:
             self._flight = None
             flight.done.set()
-        self._token = token
         return token.value
 
     async def _fetch(self) -> _Token:
@@ -191,6 +195,7 @@ class OAuthClient:
                 where = f"${cfg.subject_token_env}" if cfg.subject_token_env else cfg.subject_token_file
                 raise self._error(f"no subject token for the token exchange in {where} (subject_token_env/subject_token_file)")
             add_secret(subject)
+            self._remember(subject)
             form.update(grant_type=_TOKEN_EXCHANGE, subject_token=subject.strip(), subject_token_type=cfg.subject_token_type)
             if cfg.requested_token_type:
                 form["requested_token_type"] = cfg.requested_token_type
@@ -213,6 +218,7 @@ class OAuthClient:
                 raise self._error(f"the OAuth client secret in {where} is not set or empty")
             secret = secret.strip()
             add_secret(secret)
+            self._remember(secret)
         if secret is None or cfg.client_auth == "post":
             form["client_id"] = cfg.client_id
             if secret is not None:
@@ -221,6 +227,18 @@ class OAuthClient:
         # Both parts form-urlencoded before Basic (RFC 6749 §2.3.1).
         pair = f"{quote(cfg.client_id, safe='')}:{quote(secret, safe='')}"
         return {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+
+    def _remember(self, secret: str) -> None:
+        if len(self._sent) >= 8:  # rotated many times: only the newest matter
+            self._sent.clear()
+        self._sent.add(secret.strip())
+
+    def _clean(self, text: str) -> str:
+        """A server's words with any secret we sent it blanked (an error that echoes the request)."""
+        for secret in self._sent:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
     @property
     def _client(self) -> httpx.AsyncClient:
@@ -280,7 +298,7 @@ class OAuthClient:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 said = "no OAuth error in its answer"
             hint = " (check client_id and the client secret)" if status == 401 or "invalid_client" in said else ""
-            raise self._error(f"{at} refused the {grant} grant: HTTP {status}, {said}{hint}")
+            raise self._error(f"{at} refused the {grant} grant: HTTP {status}, {self._clean(said)}{hint}")
         try:
             answer = _decode_token.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
