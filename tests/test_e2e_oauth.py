@@ -90,6 +90,8 @@ async def test_backs_and_prompt_sources_get_tokens(bridge_exe: list[str], tmp_pa
 listen = "127.0.0.1:0"
 graceful_timeout_s = 1
 
+admin_token_env = "ADMIN_TOKEN"
+
 [daemon]
 acp_socket = false
 
@@ -111,7 +113,7 @@ oauth = {_oauth(auth, "bad", "BAD_SECRET")}
 back = {{ kind = "chat", url = "http://127.0.0.1:{chat}/socket.io/", dialect = "socketio" }}
 oauth = {_oauth(auth, "chat")}
 """
-        env = {**clean_env, "OAUTH_SECRET": SECRET, "BAD_SECRET": "wrong-" + SECRET}
+        env = {**clean_env, "OAUTH_SECRET": SECRET, "BAD_SECRET": "wrong-" + SECRET, "ADMIN_TOKEN": "admin-t0ken"}
         d = await stack.enter_async_context(start_daemon(bridge_exe, tmp_path, env, config))
         h = await stack.enter_async_context(httpx.AsyncClient(base_url=d.url, timeout=30))
         tokens = await stack.enter_async_context(httpx.AsyncClient(base_url=auth, timeout=30))
@@ -172,6 +174,11 @@ oauth = {_oauth(auth, "chat")}
                 got = await mcp.get_prompt("greet", {"who": "Ada"})
             assert got.messages[0].content.text == "Say hello to Ada.", got
             assert (await grants("prompts"))[0] == ("client_credentials", True)
+
+            # /readyz (with the operators' token) says which routes have their token.
+            r = await h.get("/readyz", headers={"Authorization": "Bearer admin-t0ken"})
+            assert "an OAuth access token from" in r.text and "invalid_client" in r.text, r.text
+            assert SECRET not in r.text
 
         text = d.log_text()
         assert SECRET not in text and "wrong-" + SECRET not in text

@@ -82,10 +82,15 @@ class A2ABack:
             log.warning("%s", exc.message)
 
     async def probe(self, *, deep: bool) -> str:
-        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py)."""
+        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py), and
+        the OAuth access token had (the cached one while it is fresh)."""
         from bridge.backs.a2a.probe import probe_card
 
-        return await probe_card(self)
+        found = await probe_card(self)
+        if self.http.oauth is not None:
+            await self.http.oauth.token()
+            found += f"; an OAuth access token from {self.http.oauth.cfg.token_url.partition('?')[0]}"
+        return found
 
     async def card(self) -> tuple[CardView, Wire]:
         """The agent card and the wire it chose; fetched or revalidated when stale."""
