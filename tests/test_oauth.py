@@ -300,3 +300,26 @@ async def test_a_server_echoing_the_secret_does_not_put_it_in_the_error(autojump
         await client.token()
     assert SECRET not in caught.value.message and "bad: c:***" in caught.value.message, caught.value.message
     await client.aclose()
+
+
+async def test_the_chat_back_renews_a_token_its_socketio_server_refuses(tmp_path: Path) -> None:
+    from bridge.backs.chat.link import check
+    from bridge.backs.chat.server import ChatServer
+
+    async with token_server(tmp_path) as server:
+        peer = [sys.executable, str(SERVER.parent / "socketio_server.py"), "--introspect", server.url + "/introspect"]
+        async with serve_peer(peer, tmp_path / "chat.log") as port:
+            back = {"kind": "chat", "url": f"http://127.0.0.1:{port}/socket.io/", "dialect": "socketio"}
+            oauth = {"token_url": server.url + "/token", "client_id": "bridge", "client_secret_env": "TEST_OAUTH_SECRET"}
+            chat = ChatServer("r", parse_config(_route(oauth, back)).routes["r"])
+            with trio.fail_after(30):
+                first = (await chat.token()).reveal()  # type: ignore[union-attr]
+                async with httpx.AsyncClient(trust_env=False) as h:
+                    await h.post(server.url + "/_test/revoke")
+                    # The CONNECT with the revoked token is refused: renewed, connected once more.
+                    assert "Socket.IO (namespace /) connected" in await check(chat)
+                    log = (await h.get(f"http://127.0.0.1:{port}/_test/log")).json()
+            assert [e["kind"] for e in log if e["kind"] in ("connect", "refused")] == ["connect", "refused", "connect"], log
+            assert (await chat.token()).reveal() != first  # type: ignore[union-attr]
+            assert len(await server.log()) == 2
+            await chat.aclose()
