@@ -12,6 +12,7 @@ against an in-process transport (no wall-clock waits).
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,8 @@ import httpx
 import msgspec
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.config import parse_config
 from bridge.errors import BackError, BackUnavailable, ConfigError
@@ -323,3 +326,44 @@ async def test_the_chat_back_renews_a_token_its_socketio_server_refuses(tmp_path
             assert (await chat.token()).reveal() != first  # type: ignore[union-attr]
             assert len(await server.log()) == 2
             await chat.aclose()
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+_answers = st.one_of(
+    st.binary(max_size=200),
+    _json.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries(
+        {"access_token": st.text(max_size=40) | _json, "token_type": st.sampled_from(["Bearer", "bearer", "mac", ""]) | _json},
+        optional={"expires_in": st.floats(allow_nan=True) | st.integers() | _json, "refresh_token": st.text(max_size=20) | _json},
+    ).map(lambda v: json.dumps(v).encode()),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(status=st.sampled_from([200, 200, 200, 400, 401, 403, 500, 503]), body=_answers)
+def test_any_token_endpoint_answer_is_a_usable_token_or_a_back_error(status: int, body: bytes) -> None:
+    """What a token endpoint answers is untrusted: any status and bytes give a token a
+    header can carry, or a BackError; never another exception, never a hang."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body, headers={"content-type": "application/json"})
+
+    async def main() -> None:
+        cfg = msgspec.convert({"token_url": "http://auth.test/token", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET",
+                               "retries": 1, "retry_backoff_s": 0.01}, OAuthConfig)  # fmt: skip
+        client = OAuthClient(cfg, name="route r")
+        client._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        try:
+            with trio.fail_after(60):
+                token = await client.token()
+            assert token and token.isascii() and token.isprintable()
+        except BackError as exc:
+            assert "route r" in exc.message
+        finally:
+            await client.aclose()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
