@@ -177,13 +177,17 @@ class TurnLimits:
 
     def _forget(self, most: int) -> None:
         """Drop the least recently seen callers with no turn running, down to `most`."""
-        if len(self._callers) <= most:
+        excess = len(self._callers) - most
+        if excess <= 0:
             return
-        for key in list(self._callers):
-            if len(self._callers) <= most:
-                break
-            if self._callers[key].running == 0:
-                del self._callers[key]
+        drop: list[tuple[str, str]] = []
+        for key, caller in self._callers.items():  # oldest first; stops once enough are found
+            if caller.running == 0:
+                drop.append(key)
+                if len(drop) >= excess:
+                    break
+        for key in drop:
+            del self._callers[key]
 
     def forget_route(self, route: str) -> None:
         """A route removed on reload: its counts go (running turns release into nothing)."""
