@@ -28,6 +28,7 @@ from bridge.config_check import problem_of, problems_in, with_route_hint
 from bridge.core.access import RouteAccess
 from bridge.errors import ConfigError, ConfigProblem
 from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
+from bridge.transport.config import OAuthConfig
 
 __all__ = [
     "AcpAuth",
@@ -37,6 +38,8 @@ __all__ = [
     "ConfigStruct",
     "DaemonConfig",
     "IssuerConfig",
+    "Limits",
+    "LimitsConfig",
     "OptionValue",
     "PositiveSeconds",
     "Route",
@@ -116,6 +119,32 @@ class AcpAuth(ConfigStruct):
 
 
 
+_Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+_PerMinute = Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]
+
+
+class Limits(ConfigStruct):
+    """Turn limits (bridge/session/limits.py): how many turns may run at once and start per
+    minute (a token bucket holding `burst` turns, refilled at `requests_per_minute`),
+    for the route as a whole and for each caller (its `Identity.key`) on it. Unset: the
+    `[limits]` default; 0: no limit. A turn over a limit is refused, never queued."""
+
+    max_concurrent_turns: _Count | None = None
+    requests_per_minute: _PerMinute | None = None
+    burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None  # default: requests_per_minute, rounded up
+    per_identity_concurrent_turns: _Count | None = None
+    per_identity_requests_per_minute: _PerMinute | None = None
+    per_identity_burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+
+
+class LimitsConfig(Limits):
+    """`[limits]`: every route's defaults, and how many callers are remembered."""
+
+    # Callers whose per-route counts are kept, least recently seen forgotten first (one
+    # with a turn running is kept): a forgotten caller starts again with a full bucket.
+    max_identities: Annotated[int, msgspec.Meta(ge=16, le=10_000_000)] = 10_000
+
+
 class Route(ConfigStruct):
     # The back's own Struct, `kind`-tagged (bridge/registry.py, BackKind.config).
     back: Any
@@ -146,6 +175,10 @@ class Route(ConfigStruct):
     shared_prompts: bool = True
     # `[routes.NAME.access]`: who may list, use, watch and answer its sessions (bridge/core/access.py).
     access: RouteAccess | None = None
+    # `[routes.NAME.oauth]`: the back's access token from an OAuth 2 server (A2A and chat backs).
+    oauth: OAuthConfig | None = None
+    # `[routes.NAME.limits]`: this route's turn limits, over `[limits]`.
+    limits: Limits = Limits()
 
     # `[routes.NAME.<front>]`, by front name (filled by `parse_config`; FrontKind.route_config).
     front_settings: dict[str, Any] = {}
@@ -350,6 +383,7 @@ class Config(ConfigStruct):
     # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []
+    limits: LimitsConfig = LimitsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each front's `[name]` section, by name (filled by `parse_config`; FrontKind.config).
     front_sections: dict[str, Any] = {}
@@ -386,6 +420,12 @@ def _check_route(name: str, route: Route) -> list[str]:
     where = f"$.routes.{name}"
     if not _NAME.match(name):
         problems.append(f"{where}: route names use letters, digits, '_', '.', '-' (at most 64)")
+    if route.oauth is not None:
+        kind = registry.back_kind_of(route.back).kind
+        if kind not in ("a2a", "chat"):
+            problems.append(f"{where}.oauth: a {kind} back takes no OAuth token (the a2a and chat backs do)")
+        elif getattr(route.back, "token_env", None) or getattr(route.back, "token_file", None):
+            problems.append(f"{where}.oauth: the back has token_env or token_file too; set one of them")
     seen: set[str] = set()
     for i, opt in enumerate(route.options):
         if opt.id in seen:
@@ -510,6 +550,8 @@ def secret_refs(config: Config) -> list[registry.SecretRefs]:
         calls += [(f.route_secrets, route.front_settings[f.key]) for f in fronts if f.key in route.front_settings]
         if route.acp_auth is not None:
             refs.append(registry.SecretRefs(envs=(route.acp_auth.token_env,)))
+        if route.oauth is not None:
+            refs.append(registry.SecretRefs(envs=route.oauth.envs, files=route.oauth.files))
     calls += [(f.secrets, config.front_sections[f.key]) for f in fronts if f.key in config.front_sections]
     for secrets, settings in calls:
         if secrets is None:

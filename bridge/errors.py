@@ -17,6 +17,7 @@
     │   ├── BackAuthRequired the agent wants the user to authorize first (A2A AUTH_REQUIRED)
     │   └── PromptError      a slash command could not be expanded (its MCP source is down or refused)
     ├── Overloaded           a configured cap is reached (live sessions): WARNING, refuse, keep serving
+    │   └── RateLimited      a caller's or a route's turn limits (`[limits]`): carries `retry_after_s`
     ├── ConfigError          the configuration is invalid: exit 78 (EX_CONFIG)
     └── InternalError        our bug: log ERROR with the traceback
 
@@ -50,6 +51,7 @@ __all__ = [
     "PromptError",
     "ParseError",
     "PeerError",
+    "RateLimited",
     "RequestCancelled",
     "codes_for",
 ]
@@ -169,6 +171,22 @@ def _problem(path: str, message: str, hint: str | None, line: int | None) -> Con
     return ConfigProblem(path, message, hint=hint, line=line)
 
 
+class RateLimited(Overloaded):
+    """A turn refused by `[limits]` (bridge/session/limits.py): too many turns running, or
+    started in the last minute, for this caller or this route. `retry_after_s` is when
+    trying again may work (whole seconds, at least 1: HTTP `Retry-After`, RFC 9110 §10.2.3);
+    `data` says which limit, for every protocol's error `data`."""
+
+    # Defaults: a RateLimited rebuilt from its message alone (a command forwarded to another
+    # instance, bridge/cluster/base.py `error_of`) says "try again in a second".
+    def __init__(self, message: str, *, retry_after_s: int = 1, limit: str = "", scope: str = "", route: str = "") -> None:
+        super().__init__(message, data={"retryAfter": retry_after_s, "limit": limit, "scope": scope, "route": route})
+        self.retry_after_s = retry_after_s
+        self.limit = limit  # "concurrent_turns" | "requests_per_minute"
+        self.scope = scope  # "route" | "identity"
+        self.route = route
+
+
 class ConfigError(BridgeError):
     """Carries every problem found, each as `$.path: message` (a `ConfigProblem` where
     there is more to say)."""
@@ -212,6 +230,11 @@ CODES: dict[type[BridgeError], Codes] = {
     # code registry), JSON-RPC -32005 "limit exceeded" from the implementation-defined
     # -32000..-32099 range (-32000 is ACP's auth_required), A2A has no such code: internal.
     Overloaded: Codes(-32005, -32603, 503, 1013),
+    # Too many requests: HTTP 429 (RFC 6585 §4) with Retry-After; the same "limit
+    # exceeded" -32005 in ACP and MCP with `data.retryAfter`; A2A 1.0 defines no such
+    # error: internal, with an ErrorInfo reason RATE_LIMIT_EXCEEDED and a RetryInfo
+    # detail (google.rpc error model, which A2A 1.0 §5 errors follow).
+    RateLimited: Codes(-32005, -32603, 429, 1013),
     ConfigError: Codes(-32603, -32603, 500, 1011),
     InternalError: Codes(-32603, -32603, 500, 1011),
     PeerError: Codes(-32600, -32600, 400, 1008),

@@ -18,6 +18,7 @@ Counted where it is cheap, never per event on the relay path:
 | agent_bridge_turn_first_event_seconds (histogram) | route |
 | agent_bridge_events_relayed_total | protocol (the front: acp, chat, ...) |
 | agent_bridge_back_errors_total | route, kind (BackUnavailable, BackError, timeout, ...) |
+| agent_bridge_turns_refused_total | route, reason (route_concurrent_turns, identity_requests_per_minute, ...: `[limits]`), front |
 | agent_bridge_child_processes | |
 | agent_bridge_open_connections | front (http: requests in flight; each front that counts its own, as it declares: acp: unix socket, ws: WebSocket) |
 | agent_bridge_reloads_total | result (ok, failed) |
@@ -119,6 +120,7 @@ class Metrics:
         )  # fmt: skip
         self.events = Counter(_P + "events_relayed", "Events delivered to a front, by its protocol", ["protocol"], registry=r)
         self.back_errors = Counter(_P + "back_errors", "Turns failed by their back, by error kind", ["route", "kind"], registry=r)
+        self.refused = Counter(_P + "turns_refused", "Turns refused by [limits], by limit and front", ["route", "reason", "front"], registry=r)
         self.connections = Gauge(_P + "open_connections", "Open client connections by front", ["front"], registry=r)
         self.reloads = Counter(_P + "reloads", "Configuration reloads", ["result"], registry=r)
         # Shown at 0 before the first connection: the listener's, and each front's own (FrontKind.connections).
@@ -143,6 +145,9 @@ class Metrics:
 
     def back_failed(self, route: str, kind: str) -> None:
         self.back_errors.labels(route, kind).inc()
+
+    def turn_refused(self, route: str, reason: str, front: str) -> None:
+        self.refused.labels(route, reason, front).inc()
 
     def events_delivered(self, protocol: str, count: int) -> None:
         child = self._events.get(protocol)

@@ -18,6 +18,7 @@ import msgspec
 import trio
 
 from bridge.core.content import ContentBlock
+from bridge.core.identity import Identity
 from bridge.core.events import CommandInfo, ConfigOption, Event, Question, QuestionAnswered, StopReason
 
 __all__ = ["AgentInfo", "Back", "BackSession", "ClientServices", "SessionContext", "SessionHost", "TaskSpawner", "TurnHandle"]
@@ -94,6 +95,8 @@ class TurnHandle(Protocol):
     # `metadata`, `extensions`), or None: a back whose protocol has them passes them on.
     message_id: str | None
     message_meta: dict[str, Any] | None
+    # Who asked for the turn (ANONYMOUS when no front said).
+    identity: Identity
 
     @property
     def cancel_requested(self) -> bool: ...

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 import trio
 
+from bridge.core.identity import Identity
 from bridge.core.content import ContentBlock
 from bridge.core.events import CommandInfo, ConfigOption
 from bridge.errors import BackUnavailable, BridgeError
@@ -78,6 +79,9 @@ class PromptCmd(_Cmd, tag="prompt"):
     meta: dict[str, Any] | None = None
     # Put in the turn's record as it starts (`TurnRecord.meta`: a headless chat run's options).
     record_meta: dict[str, Any] = {}
+    # Who asked and through which front: the owner counts the turn against `[limits]`.
+    identity: Identity | None = None
+    front: str = ""
 
 
 class AnswerCmd(_Cmd, tag="answer"):

@@ -82,6 +82,25 @@ class A2AFault(Exception):
         return s.ERRORS[self.name][2]
 
 
+class RateLimitedFault(A2AFault):
+    """A request over the bridge's `[limits]`. A2A 1.0 defines no such error (§5.4): the
+    JSON-RPC code is internal (-32603), HTTP+JSON answers 429 (RFC 6585 §4), and the
+    details say what it is the google.rpc way A2A errors use: an ErrorInfo with reason
+    RATE_LIMIT_EXCEEDED in our domain and a RetryInfo with the delay."""
+
+    def __init__(self, message: str, *, retry_after_s: int, metadata: dict[str, Any] | None = None) -> None:
+        super().__init__("Internal", message, metadata=metadata)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def http(self) -> int:
+        return 429
+
+    @property
+    def reason(self) -> str:
+        return "RATE_LIMIT_EXCEEDED"
+
+
 def dialect_of(header: str | None) -> Dialect:
     """The dialect of a request's `A2A-Version` (missing: 0.3, A2A spec §3, service parameters)."""
     if not header or not header.strip():
@@ -231,16 +250,24 @@ def rpc_result(rid: Any, result: bytes) -> bytes:
 
 
 def _error_info(fault: A2AFault) -> dict[str, Any]:
-    return {"@type": s.ERROR_INFO_TYPE, "reason": fault.reason, "domain": "a2a-protocol.org", "metadata": fault.metadata or {}}
+    domain = "agent-bridge" if isinstance(fault, RateLimitedFault) else "a2a-protocol.org"
+    return {"@type": s.ERROR_INFO_TYPE, "reason": fault.reason, "domain": domain, "metadata": fault.metadata or {}}
+
+
+def _details(fault: A2AFault) -> list[dict[str, Any]]:
+    details = [_error_info(fault)]
+    if isinstance(fault, RateLimitedFault):  # google.rpc.RetryInfo: a Duration in its JSON form
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{fault.retry_after_s}s"})
+    return details
 
 
 def rpc_error(rid: Any, fault: A2AFault) -> bytes:
-    error = {"code": fault.code, "message": fault.message, "data": [_error_info(fault)]}
+    error = {"code": fault.code, "message": fault.message, "data": _details(fault)}
     return _enc.encode({"jsonrpc": "2.0", "id": rid, "error": error})
 
 
 _GRPC = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT",
-         415: "INVALID_ARGUMENT", 500: "INTERNAL", 501: "UNIMPLEMENTED"}  # fmt: skip
+         415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 501: "UNIMPLEMENTED"}  # fmt: skip
 _PRECONDITION = {"TaskNotCancelable", "PushNotificationNotSupported", "UnsupportedOperation", "ExtendedAgentCardNotConfigured",
                  "ExtensionSupportRequired", "VersionNotSupported"}  # fmt: skip
 
@@ -252,7 +279,7 @@ def rest_error(fault: A2AFault, dialect: Dialect, *, status: int | None = None) 
     transport), so a 0.3 answer carries both shapes."""
     code = status or fault.http
     grpc = "FAILED_PRECONDITION" if fault.name in _PRECONDITION else _GRPC.get(code, "UNKNOWN")
-    body: dict[str, Any] = {"error": {"code": code, "status": grpc, "message": fault.message, "details": [_error_info(fault)]}}
+    body: dict[str, Any] = {"error": {"code": code, "status": grpc, "message": fault.message, "details": _details(fault)}}
     if dialect is Dialect.V0_3:
         body["type"] = f"{fault.name}Error"
         body["message"] = fault.message

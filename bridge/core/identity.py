@@ -16,13 +16,12 @@ the turn begins, in that same task).
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["ANONYMOUS", "CALLER", "SCOPE_KEY", "Identity", "Via", "calling", "of_scope"]
+__all__ = ["ANONYMOUS", "SCOPE_KEY", "Identity", "Via", "of_scope"]
 
 # How the identity was established.
 Via = Literal["anonymous", "token", "jwt", "unix"]
@@ -59,11 +58,3 @@ def of_scope(scope: Mapping[str, Any]) -> Identity:
     found = scope.get(SCOPE_KEY)
     return found if isinstance(found, Identity) else ANONYMOUS
 
-
-# (who, front) of the request the current task serves; ("anonymous", "") when none set it.
-CALLER: contextvars.ContextVar[tuple[Identity, str]] = contextvars.ContextVar("agent_bridge_caller", default=(ANONYMOUS, ""))
-
-
-def calling(identity: Identity, front: str) -> None:
-    """Say who the current task serves, through which front (kept by the tasks it starts)."""
-    CALLER.set((identity, front))

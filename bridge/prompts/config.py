@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from bridge.transport.config import OAuthConfig
+
 __all__ = [
     "PromptArgument",
     "PromptMessage",
@@ -110,6 +112,9 @@ class PromptSource(_Conf):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str | SecretRef] = {}
+    # Streamable HTTP: an access token from an OAuth 2 server (bridge/transport/oauth.py),
+    # sent as `Authorization: Bearer`; a 401 renews it once.
+    oauth: OAuthConfig | None = None
     # Start (spawn or connect), initialize and the first listing.
     connect_timeout_s: PositiveSeconds = 30.0
     # One prompts/get or completion/complete.
@@ -127,6 +132,10 @@ class PromptSource(_Conf):
             raise ValueError(f"prompt source {self.name!r}: command is empty")
         if self.url is not None and not re.match(r"^https?://[^/\s]+", self.url):
             raise ValueError(f"prompt source {self.name!r}: {self.url!r} is not an http:// or https:// URL")
+        if self.oauth is not None and self.url is None:
+            raise ValueError(f"prompt source {self.name!r}: oauth is for a Streamable HTTP source (url)")
+        if self.oauth is not None and any(k.lower() == "authorization" for k in self.headers):
+            raise ValueError(f"prompt source {self.name!r}: set oauth or an Authorization header, not both")
         if self.cwd is not None and not os.path.isabs(self.cwd):
             raise ValueError(f"prompt source {self.name!r}: cwd must be an absolute path")
 

@@ -40,11 +40,13 @@ from pydantic import ValidationError
 from bridge import __version__
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.core.content import ContentBlock
-from bridge.errors import PromptError
+from bridge.errors import BackError, PromptError
 from bridge.prompts import stdio
+from bridge.prompts.mcp_auth import OAuthFlow
 from bridge.prompts.config import PromptSource
 from bridge.prompts.text import PromptArg, PromptSpec, Role
 from bridge.transport.ndjson import receive_frames
+from bridge.transport.oauth import OAuthClient
 
 __all__ = ["McpSource", "ndjson_transport", "to_messages"]
 
@@ -213,6 +215,8 @@ class McpSource:
         self._client: Client | None = None
         self._relist = trio.Event()
         self._http_status: int | None = None  # the last HTTP error status (for the log line)
+        # `oauth`: the source's access token, shared by its connections (bridge/transport/oauth.py).
+        self.oauth = OAuthClient(cfg.oauth, name=f"prompt source {cfg.name}") if cfg.oauth is not None else None
 
     def __repr__(self) -> str:
         return f"McpSource({self.name!r}, up={self.up})"
@@ -220,6 +224,14 @@ class McpSource:
     # -- the connection --------------------------------------------------------------
     async def run(self, *, process: trio.Process | None = None) -> None:
         """Keep a connection up until cancelled; `process`: the stdio server, already started."""
+        try:
+            await self._keep_up(process)
+        finally:
+            if self.oauth is not None:
+                with trio.move_on_after(1, shield=True):
+                    await self.oauth.aclose()
+
+    async def _keep_up(self, process: trio.Process | None) -> None:
         delay = self.cfg.retry_initial_s
         while True:
             started = trio.current_time()
@@ -244,7 +256,8 @@ class McpSource:
         self._http_status = None
         if cfg.url is not None:
             headers = {k: stdio.secret(v, f"prompt source {cfg.name}: header {k}") for k, v in cfg.headers.items()}
-            await self._session(_http_transport(cfg.url, headers, cfg.request_timeout_s, self._saw_status))
+            auth = OAuthFlow(self.oauth) if self.oauth is not None else None
+            await self._session(_http_transport(cfg.url, headers, cfg.request_timeout_s, self._saw_status, auth))
             return
         async with trio.open_nursery() as nursery:
             if process is None:
@@ -376,12 +389,12 @@ class McpSource:
 
 @contextlib.asynccontextmanager
 async def _http_transport(
-    url: str, headers: dict[str, str], timeout_s: float, saw_status: Callable[[int], None]
+    url: str, headers: dict[str, str], timeout_s: float, saw_status: Callable[[int], None], auth: httpx2.Auth | None = None
 ) -> AsyncIterator[Any]:
     async def on_response(response: httpx2.Response) -> None:
         saw_status(response.status_code)  # the SDK's own error says only "an error response"
 
-    http = create_mcp_http_client(headers=headers, timeout=httpx2.Timeout(timeout_s, read=None))
+    http = create_mcp_http_client(headers=headers, timeout=httpx2.Timeout(timeout_s, read=None), auth=auth)
     http.event_hooks["response"].append(on_response)
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
@@ -396,7 +409,7 @@ def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
         exc = inner[0] if inner else exc.exceptions[0]
-    if isinstance(exc, (MCPError, PromptError)):
+    if isinstance(exc, (MCPError, BackError)):  # PromptError, and an OAuth token that could not be had
         return exc.message
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, OSError) else text

@@ -14,6 +14,7 @@ from msgspec.structs import replace
 from bridge.backs.base import BackSession
 from bridge.config import Route
 from bridge.core.content import ContentBlock
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.core.events import ConfigOption, ConfigValue, Event, OptionsChanged, QuestionAnswered
 from bridge.errors import InvalidParams, NotFound
 from bridge.session.turn import Turn, check_answer
@@ -26,6 +27,7 @@ class Commands:
     """Mixed into `Session` (which sets what is declared here)."""
 
     id: str
+    manager: Any  # its SessionManager (`limits`: bridge/session/limits.py)
     record: SessionRecord
     route: Route
     turn: Turn | None
@@ -39,11 +41,25 @@ class Commands:
     async def begin_turn(
         self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
         turn_id: str | None = None, record_meta: dict[str, Any] | None = None,
+        identity: Identity = ANONYMOUS, front: str = "",
     ) -> Turn:  # fmt: skip
         """`start_turn`, awaitable: on another instance's session (`RemoteSession`) the
         owner starts it and answers. `turn_id`: chosen by a forwarding instance;
-        `record_meta`: put in the turn's record (`TurnRecord.meta`) as it starts."""
-        return self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta)
+        `record_meta`: put in the turn's record (`TurnRecord.meta`) as it starts.
+
+        `identity`: who asks (the turn carries it to the back, and `[limits]` count it);
+        `front`: which front asks (a label of the refusals metric). `RateLimited` when a
+        limit is reached (bridge/session/limits.py): then no turn begins."""
+        limits = getattr(self.manager, "limits", None)  # a SessionManager's (a test's stand-in may have none)
+        release = limits.admit(self.record.route, identity, front=front) if limits is not None else _no_release
+        try:
+            turn = self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta)
+        except BaseException:
+            release()
+            raise
+        turn.identity, turn.front = identity, front
+        turn.when_done(release)
+        return turn
 
     async def send_answer(self, question_id: str, **answer: Any) -> None:
         """`answer`, awaitable: its errors (no such question, an answer that does not fit)
@@ -117,3 +133,7 @@ class Commands:
         self._emit(OptionsChanged(options=options))
         await self.save_record()
         return options
+
+
+def _no_release() -> None:
+    return None

@@ -32,6 +32,7 @@ from bridge.cluster.base import (
 )
 from bridge.core.content import ContentBlock
 from bridge.core.events import CommandInfo, ConfigOption
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.errors import BackUnavailable, Busy
 from bridge.session.state import FrontState, encode_front_state, load_front_state
 from bridge.session.turn import new_id
@@ -91,18 +92,22 @@ class Forwarding:
     async def begin_turn(
         self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
         turn_id: str | None = None, record_meta: dict[str, Any] | None = None,
+        identity: Identity = ANONYMOUS, front: str = "",
     ) -> Any:  # fmt: skip
         if self.moved_to is not None:
-            return await self.moved_to.begin_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta)
+            return await self.moved_to.begin_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta,
+                                                  identity=identity, front=front)  # fmt: skip
         if self.busy:
             raise Busy(f"session {self.id} is already running a turn; cancel it or wait for it to end")
         if not self.manager.accepting:
             raise BackUnavailable(self.manager.refusal)
         tid = turn_id or new_id()
-        cmd = PromptCmd(session_id=self.id, turn_id=tid, content=content, message_id=message_id, meta=meta, record_meta=record_meta or {})
+        cmd = PromptCmd(session_id=self.id, turn_id=tid, content=content, message_id=message_id, meta=meta, record_meta=record_meta or {},
+                        identity=identity, front=front)  # fmt: skip
         reply = await self._send(cmd)
         if reply is None:
-            return await self.begin_turn(content, message_id=message_id, meta=meta, turn_id=tid, record_meta=record_meta)
+            return await self.begin_turn(content, message_id=message_id, meta=meta, turn_id=tid, record_meta=record_meta,
+                                         identity=identity, front=front)  # fmt: skip
         turn = self._turn_for(tid, record=reply.turn)
         if not turn.prompt:
             turn.prompt, turn.message_id, turn.message_meta = content, message_id, meta

@@ -75,3 +75,6 @@ class TurnObserver(Protocol):
     def back_failed(self, route: str, kind: str) -> None: ...
 
     def events_delivered(self, protocol: str, count: int) -> None: ...
+
+    def turn_refused(self, route: str, reason: str, front: str) -> None:
+        """A turn refused by `[limits]` (bridge/session/limits.py)."""

@@ -43,6 +43,7 @@ from bridge.prompts.registry import PromptRegistry
 from bridge.session.changes import Changes
 from bridge.session.interfaces import TurnObserver
 from bridge.session.journal import Flusher
+from bridge.session.limits import TurnLimits
 from bridge.session.live import Session
 from bridge.session.lifecycle import Lifecycle
 from bridge.session.owners import Owners
@@ -100,11 +101,18 @@ class SessionManager(Owners, Lifecycle):
         self.before_close: list[Callable[[], Awaitable[None]]] = []
         self.aborted = False
         self.prompts = PromptRegistry(config)  # slash commands; its MCP sources run in our nursery
+        # `[limits]`: turns at once and per minute, per route and per caller (bridge/session/limits.py).
+        self.limits = TurnLimits(lambda: self.config, trio.current_time)
+        self.limits.on_refused = self._refused
         # Sessions `get` is reading from the store (how many readers), and those retention
         # is deleting (`hold_from_prune`): one is never loaded while the other runs.
         self._opening: dict[str, int] = {}
         self._pruning: set[str] = set()
         self._pruned = trio.Event()
+
+    def _refused(self, route: str, reason: str, front: str) -> None:
+        if self.observer is not None:
+            self.observer.turn_refused(route, reason, front)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # Turns a killed process left running end now, before any session can load

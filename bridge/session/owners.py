@@ -39,6 +39,7 @@ from bridge.cluster.base import (
     WatchCmd,
     reply_error,
 )
+from bridge.core.identity import ANONYMOUS
 from bridge.errors import BackUnavailable, BridgeError, NotFound
 from bridge.session.remote import RemoteSession
 
@@ -180,7 +181,8 @@ class Owners:
                 await session._gone.wait()  # stored, its lease released: the sender takes it
                 raise Moved(f"session {cmd.session_id} moved to the instance its prompts come from")
             turn = await session.begin_turn(
-                cmd.content, message_id=cmd.message_id, meta=cmd.meta, turn_id=cmd.turn_id, record_meta=cmd.record_meta
+                cmd.content, message_id=cmd.message_id, meta=cmd.meta, turn_id=cmd.turn_id, record_meta=cmd.record_meta,
+                identity=cmd.identity or ANONYMOUS, front=cmd.front,
             )
             return Reply(turn=turn.record)
         if isinstance(cmd, AnswerCmd):

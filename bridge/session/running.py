@@ -145,7 +145,7 @@ class TurnRunner:
         log.info("turn ended: %s after %.3f s", stop.value, seconds)
         config = getattr(self.manager, "config", None)  # a test's stand-in manager may have none
         if config is None or config.auth.audit:
-            who, front = turn.caller
+            who, front = turn.identity, turn.front
             # Who, where, how it ended; never what was said (README: "Access control").
             line = {"who": who.key, "via": who.via, "subject": who.subject, "route": self.record.route, "front": front or self.record.front or "", "session": self.id,
                     "turn": turn.turn_id, "outcome": stop.value, "error": error.kind if error else None}  # fmt: skip

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import trio
 
 from bridge.config import Route
-from bridge.core.identity import CALLER
 from bridge.core.content import ContentBlock
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.core.events import (
     CommandInfo,
     CommandsAvailable,
@@ -79,8 +79,11 @@ class Turn:
         self.prompt = prompt
         self.message_id = message_id  # the client's own id for its prompt, if its protocol has one
         self.message_meta = message_meta
-        # Who began it, through which front (bridge/core/identity.py `CALLER`): for the audit line.
-        self.caller = CALLER.get()
+        # Who asked for it, through which front (bridge/core/identity.py): set by
+        # `begin_turn`; the audit line names them, and a back may forward the caller (the
+        # A2A back's `forward_identity_header`).
+        self.identity: Identity = ANONYMOUS
+        self.front = ""
         self.options = dict(session.record.options)
         self.machine = TurnMachine()
         self.machine.apply(TurnInput.PROMPT)

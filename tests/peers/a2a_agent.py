@@ -28,7 +28,9 @@ Failure injection for the bridge's error tests: --token (required bearer token, 
 the header named by --api-key-header), --fail-status N (every A2A call answers N),
 --garbage (every A2A call answers invalid JSON), --card-status N, --card-garbage,
 --card-version V (interfaces claim protocol version V), --tls-cert-out PATH (serve
-HTTPS with a fresh self-signed certificate for 127.0.0.1, written to PATH).
+HTTPS with a fresh self-signed certificate for 127.0.0.1, written to PATH),
+--introspect URL (every A2A call needs `Authorization: Bearer T` with a token the
+OAuth server at URL says is active, RFC 7662; 401 otherwise).
 """
 
 from __future__ import annotations
@@ -238,7 +240,7 @@ class Gate:
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = body.decode(errors="replace")
-        keep = ("a2a-version", "authorization", "content-type", "accept", "if-none-match", "x-team", "x-api-key")
+        keep = ("a2a-version", "authorization", "content-type", "accept", "if-none-match", "x-team", "x-api-key", "x-forwarded-user")
         self.log.append(
             {"method": scope["method"], "path": path, "query": scope["query_string"].decode(), "headers": {k: v for k, v in headers.items() if k in keep}, "body": parsed}
         )
@@ -261,6 +263,17 @@ class Gate:
                 return
             await self.app(scope, replay, send)
             return
+        if a.introspect:
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            active = False
+            if scheme.lower() == "bearer" and given:
+                import httpx
+
+                async with httpx.AsyncClient(trust_env=False) as h:
+                    active = (await h.post(a.introspect, data={"token": given})).json().get("active", False)
+            if not active:
+                await JSONResponse({"error": "invalid_token"}, status_code=401, headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})(scope, replay, send)
+                return
         if a.token:
             got = headers.get(a.api_key_header.lower()) if a.api_key_header else headers.get("authorization")
             want = a.token if a.api_key_header else f"Bearer {a.token}"
@@ -318,6 +331,7 @@ def main() -> None:
     ap.add_argument("--cache-control", default=None)
     ap.add_argument("--token", default=None)
     ap.add_argument("--api-key-header", default=None)
+    ap.add_argument("--introspect", default=None, help="an RFC 7662 endpoint that checks bearer tokens")
     ap.add_argument("--fail-status", type=int, default=0)
     ap.add_argument("--garbage", action="store_true")
     ap.add_argument("--card-status", type=int, default=0)

@@ -16,7 +16,8 @@ bridge then restarts it, and the new process takes the new value as its own.
 an argument's `values` that start with what was typed. stdio by default; `--http
 PORT` serves Streamable HTTP on 127.0.0.1:PORT/mcp instead (0: any, printed on
 stderr as `LISTENING <port>`); with $PROMPTS_TOKEN set, HTTP requests need
-`Authorization: Bearer $PROMPTS_TOKEN` (401 otherwise).
+`Authorization: Bearer $PROMPTS_TOKEN` (401 otherwise); with $PROMPTS_INTROSPECT set
+(an RFC 7662 endpoint), a bearer token that endpoint says is active.
 """
 
 from __future__ import annotations
@@ -135,12 +136,27 @@ def main() -> None:
 
         inner = server.streamable_http_app(host="127.0.0.1")
         token = os.environ.get("PROMPTS_TOKEN")
+        introspect = os.environ.get("PROMPTS_INTROSPECT")
+
+        async def active(value: str) -> bool:
+            import httpx
+
+            scheme, _, given = value.partition(" ")
+            if scheme.lower() != "bearer" or not given:
+                return False
+            async with httpx.AsyncClient(trust_env=False) as h:
+                return bool((await h.post(introspect, data={"token": given})).json().get("active"))
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
             # With $PROMPTS_TOKEN, every request needs `Authorization: Bearer <it>`.
             if token and scope["type"] == "http":
                 got = dict(scope["headers"]).get(b"authorization", b"").decode()
                 if got != f"Bearer {token}":
+                    await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+            if introspect and scope["type"] == "http":
+                if not await active(dict(scope["headers"]).get(b"authorization", b"").decode()):
                     await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]})
                     await send({"type": "http.response.body", "body": b""})
                     return

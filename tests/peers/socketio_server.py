@@ -1,6 +1,8 @@
 """A Blade-style chat server on the official `python-socketio` (ASGI, under uvicorn), run as its own process.
 
-    python socketio_server.py [--token T] [--ping-interval-ms N] [--ping-timeout-ms N]
+    python socketio_server.py [--token T] [--introspect URL] [--ping-interval-ms N] [--ping-timeout-ms N]
+
+(--introspect: tokens are OAuth access tokens the RFC 7662 endpoint at URL says are active.)
 
 It binds 127.0.0.1 on a port the OS picks and prints `PORT <n>`. It speaks the
 chat event stream the way Blade documents it (Blade `api/websocket.md`, `api/chat-flow.md`): Socket.IO at
@@ -140,16 +142,29 @@ class Server:
             if not message.get("more_body"):
                 break
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        status, answer = self.route(scope["method"], scope["path"], headers, body)
+        authorized = None
+        if self.args.introspect:
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            authorized = scheme.lower() == "bearer" and await self._active(given)
+        status, answer = self.route(scope["method"], scope["path"], headers, body, authorized)
         data = json.dumps(answer).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})  # fmt: skip
         await send({"type": "http.response.body", "body": data})
 
-    def route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+    async def _active(self, token: str | None) -> bool:
+        import httpx
+
+        if not token:
+            return False
+        async with httpx.AsyncClient(trust_env=False) as h:
+            return bool((await h.post(self.args.introspect, data={"token": token})).json().get("active"))
+
+    def route(self, method: str, path: str, headers: dict[str, str], body: bytes, authorized: bool | None = None) -> tuple[int, Any]:
         if path == "/_test/log":
             return 200, self.log
-        authorized = self.args.token is None or headers.get("authorization") == f"Bearer {self.args.token}"
+        if authorized is None:
+            authorized = self.args.token is None or headers.get("authorization") == f"Bearer {self.args.token}"
         if method == "POST" and path == "/api/sessions":
             req = json.loads(body or b"{}")
             self.log.append({"kind": "rest", "method": "POST", "path": path, "body": req, "auth": "authorization" in headers})
@@ -175,6 +190,9 @@ class Server:
         self.log.append({"kind": "connect", "sid": sid, "auth_keys": sorted(auth) if isinstance(auth, dict) else None,
                          "token_ok": token == self.args.token})  # fmt: skip
         if self.args.token is not None and token != self.args.token:
+            raise socketio.exceptions.ConnectionRefusedError("invalid token")
+        if self.args.introspect and not await self._active(token):
+            self.log.append({"kind": "refused", "sid": sid})
             raise socketio.exceptions.ConnectionRefusedError("invalid token")
         send = environ.get("asgi.send")
         self.transports[sid] = getattr(getattr(send, "__self__", None), "transport", None)  # uvicorn's protocol
@@ -457,6 +475,7 @@ class Run:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--token", default=None)
+    ap.add_argument("--introspect", default=None)
     ap.add_argument("--ping-interval-ms", type=int, default=25000)
     ap.add_argument("--ping-timeout-ms", type=int, default=20000)
     ap.add_argument("--matrix", action="store_true", help="speak the pair matrix's words (socketio_matrix.py)")

@@ -83,9 +83,10 @@ class A2ABack:
             log.warning("%s", exc.message)
 
     async def probe(self, *, deep: bool) -> str:
-        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py). For
-        `doctor` (deep) only a card read at the configured URL itself counts: one reached
-        through a redirect may be another agent's, and is reported as such."""
+        """`doctor` and `/readyz`: the agent card is read (bridge/backs/a2a/probe.py), and
+        the OAuth access token had (the cached one while it is fresh). For `doctor` (deep)
+        only a card read at the configured URL itself counts: one reached through a
+        redirect may be another agent's, and is reported as such."""
         from bridge.backs.a2a.probe import probe_card
 
         found = await probe_card(self)
@@ -95,6 +96,9 @@ class A2ABack:
                 f"the agent card at {where(url)} redirected to {where(self.redirected_to)}; a card found "
                 "anywhere but the configured URL may be another agent's (set card_url to it if it is the one you mean)"
             )
+        if self.http.oauth is not None:
+            await self.http.oauth.token()
+            found += f"; an OAuth access token from {self.http.oauth.cfg.token_url.partition('?')[0]}"
         return found
 
     async def card(self) -> tuple[CardView, Wire]:

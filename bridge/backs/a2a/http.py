@@ -6,13 +6,20 @@ only to the origins it was configured for (DESIGN.md complaint 4), sends calls
 that are not streamed (`request`), and words every failure as a `BackError` that
 names the route and what failed, never a secret. The streamed calls are
 `bridge.backs.a2a.stream`.
+
+With `[routes.NAME.oauth]` the token is an OAuth access token (bridge/transport/oauth.py)
+sent as `Authorization: Bearer` (RFC 6750 §2.1); a 401 to it renews it and the call is
+sent once more. `forward_identity_header` names the turn's caller to the agent: the
+caller is `CALLER`, set by the session's turn (bridge/backs/a2a/turn.py) for every call
+made on its behalf.
 """
 
 from __future__ import annotations
 
+import contextvars
 import ssl
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import trio
@@ -20,14 +27,20 @@ import trio
 from bridge.backs.secrets import Secret, read_token
 from bridge.codecs.a2a_card import AuthPlacement
 from bridge.codecs.a2a_client import HttpCall, Wire
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.errors import BackError, BackUnavailable
 from bridge.transport.http import open_client, tls_context
+from bridge.transport.oauth import OAuthClient
 
 if TYPE_CHECKING:
     from bridge.backs.a2a.config import A2ABackConfig as A2AConfig
     from bridge.config import Route
 
-__all__ = ["AgentHttp", "BodyTooLarge", "origin", "read_body", "where"]
+__all__ = ["CALLER", "AgentHttp", "BodyTooLarge", "origin", "read_body", "where"]
+
+# Whose turn a call serves (bridge/core/identity.py): set by `A2ASession` in the turn's
+# task (and its cancel's), read by `AgentHttp.auth` for `forward_identity_header`.
+CALLER: contextvars.ContextVar[Identity] = contextvars.ContextVar("agent_bridge_a2a_caller", default=ANONYMOUS)
 
 
 def origin(url: str) -> str:
@@ -85,6 +98,7 @@ class AgentHttp:
         self.placement: AuthPlacement | None = None
         self.no_subscribe = False  # the agent cannot re-attach to a stream: poll instead
         self._client: httpx.AsyncClient | None = None
+        self.oauth = OAuthClient(route.oauth, name=f"route {name}") if route.oauth is not None else None
         base = self.cfg.card_url or self.cfg.url or ""
         self._origins = {origin(base)} | {origin(o) for o in self.cfg.auth_origins}
 
@@ -107,7 +121,40 @@ class AgentHttp:
         return self._client
 
     def has_token(self) -> bool:
-        return bool(self.cfg.token_env or self.cfg.token_file)
+        return bool(self.cfg.token_env or self.cfg.token_file or self.oauth)
+
+    async def auth(self, url: str) -> tuple[dict[str, str], str | None]:
+        """`headers(url)`, plus the OAuth token (and which one, for `unauthorized`) and the
+        caller's subject in `forward_identity_header`."""
+        out = self.headers(url)
+        oauth = self.oauth
+        if oauth is None:
+            return out, None
+        self._check_origin(url)
+        token = await oauth.token()
+        out["Authorization"] = f"Bearer {token}"
+        forward = oauth.cfg.forward_identity_header
+        caller = CALLER.get()
+        if forward and not caller.anonymous:
+            # A subject is any string: percent-encoded unless a header carries it as it is.
+            subject = caller.subject
+            out[forward] = subject if subject.isascii() and subject.isprintable() else quote(subject, safe="")
+        return out, token
+
+    def unauthorized(self, status: int, token: str | None) -> bool:
+        """A 401 to an OAuth token: forget it (the next `auth` gets a new one); True if
+        the call is worth sending once more."""
+        if status != 401 or token is None or self.oauth is None:
+            return False
+        self.oauth.invalidate(token)
+        return True
+
+    def _check_origin(self, url: str) -> None:
+        if origin(url) not in self._origins:
+            raise self.error(
+                f"the agent card sends calls to {origin(url)}, not the configured origin; agent-bridge does not send "
+                "the route's token there (add that origin to auth_origins if it is meant to have it)"
+            )
 
     def _token(self) -> Secret | None:
         """The token, read now (rotation needs no restart); never in a message."""
@@ -119,16 +166,14 @@ class AgentHttp:
         token = self._token()
         if token is None:
             return out
-        if origin(url) not in self._origins:
-            raise self.error(
-                f"the agent card sends calls to {origin(url)}, not the configured origin; agent-bridge does not send "
-                "the route's token there (add that origin to auth_origins if it is meant to have it)"
-            )
+        self._check_origin(url)
         assert self.placement is not None
         out[self.placement.header] = self.placement.prefix + token.reveal()
         return out
 
     def _auth_hint(self) -> str:
+        if self.oauth is not None:
+            return f"the OAuth token from {self.oauth.cfg.token_url} was refused, also after renewing it"
         if self.cfg.token_env:
             return f"check the token in ${self.cfg.token_env}"
         if self.cfg.token_file:
@@ -172,15 +217,18 @@ class AgentHttp:
 
     async def request(self, call: HttpCall, *, timeout_s: float) -> bytes:
         """One call that is not streamed: the 2xx body, or a BackError (A2AError for the agent's own)."""
-        headers = {**call.headers, **self.headers(call.url)}
         try:
             with trio.fail_after(timeout_s):
-                req = self.client.build_request(call.method, call.url, content=call.body, params=call.params, headers=headers)
-                resp = await self.client.send(req, stream=True)
-                try:
-                    body = await read_body(resp, self.cfg.max_event_bytes)
-                finally:
-                    await resp.aclose()
+                for _ in range(2):  # a 401 to an OAuth token: once more with a new one
+                    auth, token = await self.auth(call.url)
+                    req = self.client.build_request(call.method, call.url, content=call.body, params=call.params, headers={**call.headers, **auth})
+                    resp = await self.client.send(req, stream=True)
+                    try:
+                        body = await read_body(resp, self.cfg.max_event_bytes)
+                    finally:
+                        await resp.aclose()
+                    if not self.unauthorized(resp.status_code, token):
+                        break
         except trio.TooSlowError:
             raise self.error(f"the A2A agent at {where(call.url)} did not answer {call.op} within {timeout_s:g} s", unavailable=True) from None
         except BodyTooLarge as exc:
@@ -192,5 +240,7 @@ class AgentHttp:
         return body
 
     async def aclose(self) -> None:
+        if self.oauth is not None:
+            await self.oauth.aclose()
         if self._client is not None:
             await self._client.aclose()

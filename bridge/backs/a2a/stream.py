@@ -61,13 +61,18 @@ async def stream_events(
     """
     wire = http.wire
     assert wire is not None
-    headers = {**call.headers, **http.headers(call.url)}
     seen_event = False
     client = http.client
     try:
         with trio.CancelScope(deadline=trio.current_time() + first_s) as scope:
-            req = client.build_request(call.method, call.url, content=call.body, params=call.params, headers=headers)
+            auth, token = await http.auth(call.url)
+            req = client.build_request(call.method, call.url, content=call.body, params=call.params, headers={**call.headers, **auth})
             resp = await client.send(req, stream=True)
+            if http.unauthorized(resp.status_code, token):  # once more with a new OAuth token
+                await resp.aclose()
+                auth, token = await http.auth(call.url)
+                req = client.build_request(call.method, call.url, content=call.body, params=call.params, headers={**call.headers, **auth})
+                resp = await client.send(req, stream=True)
             try:
                 if resp.status_code >= 300:
                     body = await read_body(resp, http.cfg.max_event_bytes)

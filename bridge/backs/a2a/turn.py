@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import trio
 
-from bridge.backs.a2a.http import AgentHttp
+from bridge.backs.a2a.http import CALLER, AgentHttp
 from bridge.backs.a2a.stream import StreamBroken, stream_events
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.codecs import a2a as codec
@@ -37,6 +37,7 @@ from bridge.codecs.a2a_client import A2AError, InvalidResponse, Wire
 from bridge.codecs.a2a_tracker import TaskTracker
 from bridge.core.content import TextContent, text_of
 from bridge.core.events import Event, MessageChunk, StopReason
+from bridge.core.identity import ANONYMOUS
 from bridge.errors import BackAuthRequired, BackError, BackUnavailable
 from bridge.schema import a2a as s
 
@@ -128,10 +129,12 @@ class A2ASession:
     async def cancel(self) -> None:
         run = self.run
         if run is not None:
+            CALLER.set(getattr(run.turn, "identity", ANONYMOUS))  # this task's own context: the cancel is the caller's too
             await self._cancel_remote(run)
 
     # -- a turn ---------------------------------------------------------------------------
     async def prompt(self, turn: TurnHandle) -> StopReason:
+        CALLER.set(getattr(turn, "identity", ANONYMOUS))  # every call of this turn, in its task and those it starts
         intr, self.interrupted = self.interrupted, None
         tracker = intr.tracker if intr else TaskTracker()
         run = _TaskTurn(turn, tracker)

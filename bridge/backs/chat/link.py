@@ -49,6 +49,10 @@ log = logging.getLogger("bridge.backs.chat.back")
 _enc = msgspec.json.Encoder()
 
 
+class _Unauthorized(Exception):
+    """The server refused an OAuth token during the handshake: renew it, connect once more."""
+
+
 class Frame(NamedTuple):
     gen: int
     data: bytes
@@ -106,9 +110,13 @@ class Link:
         return self.server.ws_url
 
     # -- connecting -----------------------------------------------------------------------
-    async def run(self, after: int | None, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, after: int | None, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED, retried: bool = False
+    ) -> None:
+        """Connect, hand-shake and read until the link ends. A refused OAuth token (HTTP 401,
+        a refused Socket.IO CONNECT) is renewed and the connection tried once more (`retried`)."""
         server, cfg = self.server, self.cfg
-        token = server.token()
+        token = await server.token()
         headers = []
         if token is not None and cfg.dialect == "ws":
             headers.append((b"authorization", f"Bearer {token.reveal()}".encode()))
@@ -126,7 +134,7 @@ class Link:
             ) as ws:
                 self.ws = ws
                 with trio.fail_after(cfg.connect_timeout_s):
-                    await self._handshake(ws, token, after)
+                    await self._handshake(ws, token, after, retried=retried)
                 task_status.started()
                 started = True
                 try:
@@ -139,7 +147,13 @@ class Link:
                     raise
                 self.gone = True
                 await self.inbox.send(Dropped(self.gen, reason))
+        except _Unauthorized:
+            await self.run(after, task_status=task_status, retried=True)
+            return
         except (ConnectionRejected, trio.TooSlowError, HandshakeError, ConnectionClosed, socketio.SocketIOError, OSError) as exc:
+            if not started and not retried and isinstance(exc, ConnectionRejected) and exc.status_code == 401 and server.unauthorized(token):
+                await self.run(after, task_status=task_status, retried=True)
+                return
             err = self._failure(exc)
             if not started:
                 raise err from (exc if isinstance(exc, (HandshakeError, OSError)) else None)
@@ -177,7 +191,7 @@ class Link:
         detail = why.strerror if isinstance(why, OSError) and why.strerror else str(why) or type(why).__name__
         return server.error(f"cannot reach the chat server at {at}: {detail}", unavailable=True)
 
-    async def _handshake(self, ws: WebSocketConnection, token: Secret | None, after: int | None) -> None:
+    async def _handshake(self, ws: WebSocketConnection, token: Secret | None, after: int | None, *, retried: bool = False) -> None:
         if self.cfg.dialect == "socketio":
             sio = self.sio = socketio.SocketIOClient(self.cfg.namespace)
             while sio.state is not socketio.ClientState.CONNECTED:
@@ -187,6 +201,8 @@ class Link:
                     elif isinstance(e, socketio.Pinged):
                         await ws.send_message(sio.pong())
                     elif isinstance(e, socketio.ConnectRefused):
+                        if not retried and self.server.unauthorized(token):
+                            raise _Unauthorized
                         raise self.server.error(
                             f"the chat server at {where(self.cfg.url)} refused the Socket.IO connection: {e.message} "
                             f"({self.server.auth_hint()})"

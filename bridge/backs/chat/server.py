@@ -30,6 +30,7 @@ from bridge.backs.secrets import Secret, read_token
 from bridge.codecs import safejson
 from bridge.codecs.numbers import small_int
 from bridge.errors import BackError, BackUnavailable
+from bridge.transport.oauth import OAuthClient
 from bridge.transport.http import open_client, tls_context
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class ChatServer:
         self.rest_url = (self.cfg.rest_url or f"{'https' if secure else 'http'}://{u.netloc}").rstrip("/")
         self._client: httpx.AsyncClient | None = None
         self._ssl: ssl.SSLContext | None = None
+        self.oauth = OAuthClient(route.oauth, name=f"route {name}") if route.oauth is not None else None
 
     # -- plumbing ---------------------------------------------------------------------------
     def error(self, what: str, *, unavailable: bool = False) -> BackError:
@@ -114,11 +116,24 @@ class ChatServer:
             self._client = open_client(connect_timeout_s=self.cfg.connect_timeout_s, verify=verify)
         return self._client
 
-    def token(self) -> Secret | None:
-        """The token, read now (rotation needs no restart); never in a message."""
+    async def token(self) -> Secret | None:
+        """The token, read now (rotation needs no restart), or the OAuth access token
+        (`[routes.NAME.oauth]`, bridge/transport/oauth.py); never in a message."""
+        if self.oauth is not None:
+            return Secret(await self.oauth.token())
         return read_token(self.cfg.token_env, self.cfg.token_file, self.error)
 
+    def unauthorized(self, token: Secret | None) -> bool:
+        """The server refused `token` (HTTP 401, a refused Socket.IO CONNECT): forget an
+        OAuth token so the next `token()` is new; True if trying once more may help."""
+        if self.oauth is None or token is None:
+            return False
+        self.oauth.invalidate(token.reveal())
+        return True
+
     def auth_hint(self) -> str:
+        if self.oauth is not None:
+            return f"the OAuth token from {self.oauth.cfg.token_url} was refused, also after renewing it"
         if self.cfg.token_env:
             return f"check the token in ${self.cfg.token_env}"
         if self.cfg.token_file:
@@ -130,17 +145,18 @@ class ChatServer:
         mode, found by their category."""
         return {o.category: options[o.id] for o in self.route.options if o.category in ("model", "mode") and o.id in options}
 
-    def headers(self) -> dict[str, str]:
-        token = self.token()
-        return {"Authorization": f"Bearer {token.reveal()}"} if token is not None else {}
-
     # -- REST ---------------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, json: Any = None) -> httpx.Response:
         url = self.rest_url + path
-        headers = {"Accept": "application/json", **self.headers()}
         try:
             with trio.fail_after(self.cfg.request_timeout_s):
-                return await self.client.request(method, url, json=json, headers=headers)
+                for _ in range(2):  # a 401 to an OAuth token: once more with a new one
+                    token = await self.token()
+                    auth = {"Authorization": f"Bearer {token.reveal()}"} if token is not None else {}
+                    resp = await self.client.request(method, url, json=json, headers={"Accept": "application/json", **auth})
+                    if resp.status_code != 401 or not self.unauthorized(token):
+                        break
+                return resp
         except trio.TooSlowError:
             raise self.error(
                 f"the chat server at {where(url)} did not answer {method} within request_timeout_s "
@@ -189,5 +205,7 @@ class ChatServer:
         return True, small_int(raw)  # a header: "²".isdigit() too, and int() refuses it
 
     async def aclose(self) -> None:
+        if self.oauth is not None:
+            await self.oauth.aclose()
         if self._client is not None:
             await self._client.aclose()

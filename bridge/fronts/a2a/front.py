@@ -46,13 +46,14 @@ from bridge.codecs.a2a_server import A2AFault, EventEncoder
 from bridge.codecs.a2a_dialect import Binding, Dialect
 from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
-from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, codes_for
+from bridge.core.identity import of_scope
+from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, RateLimited, codes_for
 from bridge.fronts.a2a.access import TaskAccess
 from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.remote import follow
 from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
-from bridge.core.identity import SCOPE_KEY, calling, of_scope
+from bridge.core.identity import SCOPE_KEY
 from bridge.fronts.auth import static_identity
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
 from bridge.logs import add_secret
@@ -82,6 +83,9 @@ class _WrongContentType(A2AFault):
 
 
 def _fault(exc: BridgeError) -> A2AFault:
+    if isinstance(exc, RateLimited):
+        meta = {"retryAfterSeconds": str(exc.retry_after_s), "limit": exc.limit, "scope": exc.scope}  # ErrorInfo metadata: strings
+        return wire.RateLimitedFault(exc.message, retry_after_s=exc.retry_after_s, metadata=meta)
     if isinstance(exc, FrameTooLarge):
         return A2AFault("InvalidRequest", exc.message)
     return A2AFault(_BY_CODE.get(codes_for(exc).a2a, "Internal"), exc.message)
@@ -298,9 +302,10 @@ class A2AFront:
             except BridgeError as exc:
                 _log(exc, scope)
                 fault = _fault(exc)
-                status = 413 if isinstance(exc, FrameTooLarge) else 503 if isinstance(exc, Overloaded) else None
+                status = 413 if isinstance(exc, FrameTooLarge) else 429 if isinstance(exc, RateLimited) else 503 if isinstance(exc, Overloaded) else None
                 code, err = wire.rest_error(fault, dialect, status=status)
-                await send_bytes(send, code, err, content_type="application/json")
+                after = [("retry-after", str(exc.retry_after_s))] if isinstance(exc, RateLimited) else []
+                await send_bytes(send, code, err, content_type="application/json", headers=after)
             except A2AFault as fault:
                 log.warning("A2A %s %s: %s", name, fault.name, fault.message)
                 code, err = wire.rest_error(fault, dialect, status=415 if isinstance(fault, _WrongContentType) else None)
@@ -312,9 +317,8 @@ class A2AFront:
     # -- operations ----------------------------------------------------------------------------
     async def _call(self, name: str, route: Route, scope: Scope, op: str, req: Any, dialect: Dialect) -> Any:
         owner = await self.access.allowed(name, route, of_scope(scope), op, req)
-        calling(of_scope(scope), "a2a")  # the audit line's who (bridge/core/identity.py)
         if op == "send":
-            live = await self.tasks.send(name, req, dialect=dialect.value, owner=owner)
+            live = await self.tasks.send(name, req, dialect=dialect.value, owner=owner, identity=of_scope(scope))
             config = req.configuration
             if config is None or not config.return_immediately:
                 await live.wait_stopped()
@@ -344,10 +348,9 @@ class A2AFront:
     async def _open_stream(self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder) -> SseStream:
         """The stream, with its first event queued; errors before it are raised (answered as errors, not SSE)."""
         owner = await self.access.allowed(name, route, of_scope(scope), op, req)
-        calling(of_scope(scope), "a2a")
         stream = SseStream(encoder, self.cfg.stream_queue_max_events, to_end=op == "subscribe")
         if op == "stream":
-            live = await self.tasks.send(name, req, dialect=encoder.dialect.value, owner=owner)
+            live = await self.tasks.send(name, req, dialect=encoder.dialect.value, owner=owner, identity=of_scope(scope))
             await self.tasks.publish(live)
             config = req.configuration
             live.attach(stream, history_length=_history(config.history_length if config else None))

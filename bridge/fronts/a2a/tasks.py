@@ -43,6 +43,7 @@ from bridge.codecs.a2a_task import TaskProjector
 from bridge.fronts.a2a.config import A2AFrontConfig
 from bridge.core.content import ContentBlock, TextContent
 from bridge.core.events import TurnStarted
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.errors import BridgeError, Busy, InvalidParams, NotFound
 from bridge.fronts.a2a.read import list_tasks, replay
 from bridge.fronts.a2a.remote import RowForwarder, follow
@@ -78,9 +79,13 @@ class TaskService:
         manager.keep_alive.append(_holds_a_task)  # the daemon's idle reaper leaves those to ours
 
     # -- sending -------------------------------------------------------------------------------
-    async def send(self, route: str, req: s.SendMessageRequest, *, dialect: str = "1.0", owner: dict[str, Any] | None = None) -> LiveTask:
+    async def send(
+        self, route: str, req: s.SendMessageRequest, *, dialect: str = "1.0", owner: dict[str, Any] | None = None,
+        identity: Identity = ANONYMOUS,
+    ) -> LiveTask:
         """Start a task, or continue the interrupted one the message names; returns it running.
-        `owner`: a new context's meta naming who owns it (bridge/fronts/owners.py)."""
+        `owner`: a new context's meta naming who owns it (bridge/fronts/owners.py);
+        `identity`: who sends it (its turn carries it; `[limits]` count it)."""
         msg = req.message
         if not msg.parts:
             raise InvalidParams("message.parts must hold at least one part")
@@ -98,9 +103,9 @@ class TaskService:
                 raise A2AFault("PushNotificationNotSupported", "this agent sends no push notifications")
             self.push.check(push)  # before the task exists: a bad webhook fails the call, not the task
         if msg.task_id:
-            live = await self._continue(route, msg, push, dialect)
+            live = await self._continue(route, msg, push, dialect, identity)
         else:
-            live = await self._new_task(route, msg, push, dialect, owner)
+            live = await self._new_task(route, msg, push, dialect, identity, owner)
         if push is not None:
             live.session.stage_task(live.kept.row())
             await live.session.save_record()  # the config is kept with the task
@@ -115,7 +120,8 @@ class TaskService:
             await live.session.save_record()
 
     async def _new_task(
-        self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str, owner: dict[str, Any] | None = None
+        self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str, identity: Identity,
+        owner: dict[str, Any] | None = None,
     ) -> LiveTask:
         content = blocks_of_message(msg)
         if msg.context_id:
@@ -130,10 +136,10 @@ class TaskService:
         content = quoted + content
         mid, meta = msg.message_id, _client_meta(msg)
         try:
-            turn = await session.begin_turn(content, message_id=mid, meta=meta)
+            turn = await session.begin_turn(content, message_id=mid, meta=meta, identity=identity, front="a2a")
         except Busy:  # taken meanwhile by another request of the same context
             session = await self._side_session(route, context_id)
-            turn = await session.begin_turn(content, message_id=mid, meta=meta)
+            turn = await session.begin_turn(content, message_id=mid, meta=meta, identity=identity, front="a2a")
         except BridgeError:
             self._went_idle(session)  # refused before any turn (a bad /command, shutting down)
             raise
@@ -164,7 +170,9 @@ class TaskService:
         live.start(turn_started=TurnStarted(turn_id=turn.turn_id, prompt=content, message_id=turn.message_id, meta=turn.message_meta))
         return live
 
-    async def _continue(self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str) -> LiveTask:
+    async def _continue(
+        self, route: str, msg: s.Message, push: s.TaskPushNotificationConfig | None, dialect: str, identity: Identity
+    ) -> LiveTask:
         task_id = msg.task_id
         assert task_id is not None
         live = self.live.get(task_id) or await follow(self, route, task_id)
@@ -194,7 +202,7 @@ class TaskService:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}, not waiting for input")
         session = await self.manager.get(kept.record.session_id)
         content = blocks_of_message(msg)
-        turn = await session.begin_turn(content, message_id=msg.message_id, meta=_client_meta(msg))
+        turn = await session.begin_turn(content, message_id=msg.message_id, meta=_client_meta(msg), identity=identity, front="a2a")
         kept.task.turns.append(turn.turn_id)  # a continuation turn has no row: its id is no task
         kept.task.mids[turn.turn_id] = msg.message_id
         kept.keep_sent(turn.turn_id, msg)

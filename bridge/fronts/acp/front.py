@@ -33,7 +33,7 @@ from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, er
 from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
-from bridge.core.identity import ANONYMOUS, Identity, calling
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.fronts import owners
 from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.core.events import (
@@ -119,6 +119,10 @@ class AcpConnection:
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
+        # Who is at the other end (bridge/core/identity.py): the hook where the unix
+        # socket sets its peer's Unix user; stdio and unidentified sockets are ANONYMOUS.
+        # Its turns carry it, and `[limits]` count them against it.
+        self.identity: Identity = ANONYMOUS
         self.services = EditorServices(self.conn, config.section(AcpFrontConfig).request_timeout_s)
         self.questions = EditorQuestions(self.services)
         self._nursery: trio.Nursery | None = None
@@ -388,8 +392,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
-        calling(self.identity, "acp")  # the audit line's who (bridge/core/identity.py)
-        turn = await session.begin_turn([block_in(b) for b in p.prompt])
+        turn = await session.begin_turn([block_in(b) for b in p.prompt], identity=self.identity, front="acp")
         self.prompts[call.id] = session
         assert self._nursery is not None
         self._nursery.start_soon(self._answer_prompt, call.id, turn)

@@ -35,7 +35,7 @@ from bridge.codecs import safejson
 from bridge.codecs.sse import encode_event
 from bridge.config import Config
 from bridge.core.content import TextContent
-from bridge.core.identity import calling, of_scope
+from bridge.core.identity import of_scope
 from bridge.fronts import owners
 from bridge.core.events import Event
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
@@ -284,8 +284,8 @@ class CanonicalApi:
             raise InvalidParams("give either text or content (a list of content blocks)")
         content = req.content if req.content is not None else [TextContent(text=req.text)]
         session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "use")
-        calling(of_scope(scope), "chat")  # the audit line's who (bridge/core/identity.py)
-        turn = await session.begin_turn(content)  # Busy: 409; a bad /command: 400
+        # Busy: 409; a bad /command: 400; over `[limits]`: 429 with Retry-After (bridge/fronts/chat/rest.py).
+        turn = await session.begin_turn(content, identity=of_scope(scope), front="rest")
         return 202, {"turn_id": turn.turn_id}, []
 
     async def answer(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:

@@ -47,8 +47,8 @@ import trio
 from bridge.codecs import safejson
 from bridge.config import Config
 from bridge.core.identity import of_scope
+from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, RateLimited, codes_for
 from bridge.fronts import owners
-from bridge.errors import AuthRequired, BridgeError, InvalidParams, NotFound, PeerError, codes_for
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
 from bridge.fronts.chat.routes_api import RoutesApi, default_route
@@ -65,7 +65,7 @@ log = logging.getLogger("bridge.fronts.chat.rest")
 
 _PAGE_RUNS, _MAX_PAGE_RUNS = 50, 200
 # Read by a page on another origin (CORS hides every other response header from it).
-_EXPOSED = "X-Chat-Sequence, X-Next-Cursor, Link"
+_EXPOSED = "X-Chat-Sequence, X-Next-Cursor, Link, Retry-After"
 _enc = msgspec.json.Encoder()
 
 
@@ -142,6 +142,11 @@ class RestApi:
                 log.warning("%s %s: %s", scope["method"], scope["path"], exc.message)
                 extra = [("www-authenticate", "Bearer")] if codes_for(exc).http == 401 else []
                 await send_json(send, codes_for(exc).http, {"detail": exc.message}, headers=cors + extra)
+                return
+            except RateLimited as exc:  # HTTP 429 and when to come back (RFC 6585 §4, RFC 9110 §10.2.3)
+                log.warning("%s %s refused: %s", scope["method"], scope["path"], exc.message)
+                after = [("retry-after", str(exc.retry_after_s))]
+                await send_json(send, codes_for(exc).http, {"detail": exc.message, **exc.data}, headers=cors + after)
                 return
             except BridgeError as exc:
                 log.warning("%s %s failed: %s", scope["method"], scope["path"], exc.message)

@@ -19,7 +19,7 @@ import trio
 from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
 from bridge.core.access import Action
-from bridge.core.identity import ANONYMOUS, Identity, calling
+from bridge.core.identity import ANONYMOUS, Identity
 from bridge.fronts import owners
 from bridge.errors import (
     AuthRequired,
@@ -32,6 +32,7 @@ from bridge.errors import (
     MethodNotFound,
     NotFound,
     Overloaded,
+    RateLimited,
     ParseError,
     PeerError,
 )
@@ -78,6 +79,7 @@ _CODES = {
     NotFound: "not_found",
     Busy: "busy",
     Overloaded: "overloaded",
+    RateLimited: "rate_limited",  # `detail` says which limit and `retryAfter` (seconds)
 }
 
 
@@ -439,8 +441,7 @@ class WsConnection:
         headless = p.headless or p.output_schema is not None
         # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
         meta = run_meta(chat.RunOptions(headless=True, output_schema=p.output_schema)) if headless else None
-        calling(self.identity, "chat")  # the audit line's who (bridge/core/identity.py)
-        await session.begin_turn(content, record_meta=meta)
+        await session.begin_turn(content, record_meta=meta, identity=self.identity, front="ws")
 
     async def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:
         projector = self.front.streams.live_projector(session.id)

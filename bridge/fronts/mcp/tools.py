@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import mcp_types as types
 import trio
+from mcp.shared.exceptions import MCPError
 
 from bridge.config import Config
 from bridge.core.content import (
@@ -56,8 +57,8 @@ from bridge.core.events import (
     ToolCallStarted,
     TurnEnded,
 )
-from bridge.core.identity import ANONYMOUS, Identity, calling
-from bridge.errors import BridgeError, InvalidParams, NotFound
+from bridge.core.identity import ANONYMOUS, Identity
+from bridge.errors import BridgeError, InvalidParams, NotFound, RateLimited, codes_for
 from bridge.fronts import owners
 from bridge.fronts.mcp.elicit import answer_of, can_elicit, form_of
 from bridge.session import Session, SessionManager
@@ -202,8 +203,7 @@ async def call(
     collector = _Collector()
     unsubscribe = session.subscribe(collector)
     try:
-        calling(who, "mcp")  # the audit line's who (bridge/core/identity.py)
-        return await _one_turn(session, collector, prompt, ctx, progress_interval_s)
+        return await _one_turn(session, collector, prompt, ctx, progress_interval_s, who)
     finally:
         unsubscribe()
         with trio.move_on_after(session.route.cancel_grace_s + 2, shield=True):
@@ -211,10 +211,14 @@ async def call(
 
 
 async def _one_turn(
-    session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float
+    session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float, who: Identity
 ) -> types.CallToolResult:
     try:
-        turn = await session.begin_turn([TextContent(text=prompt)])
+        turn = await session.begin_turn([TextContent(text=prompt)], identity=who, front="mcp")
+    except RateLimited as exc:
+        # Not the tool's failure but the server refusing the request: a JSON-RPC error
+        # the client can back off on (-32005, `data.retryAfter` in seconds).
+        raise MCPError(codes_for(exc).jsonrpc, exc.message, data=exc.data) from None
     except BridgeError as exc:  # a refused slash command, a busy session, shutting down
         return _error(exc.message, session_id=session.id)
     try:
