@@ -48,13 +48,13 @@ _BUILTIN_PACKAGES: tuple[str, ...] = ("bridge.backs", "bridge.fronts")
 # (`[KEY]` and `[routes.NAME.KEY]`). tests/test_registry.py keeps them in step.
 _RESERVED_SECTIONS = frozenset(
     {"routes", "default_route", "server", "store", "daemon", "cluster", "prompts", "prompt_sources", "log_level", "plugins", "front_sections",
-     "limits"}
+     "limits", "auth"}
 )
 _RESERVED_ROUTE_KEYS = frozenset(
     {
         "back", "title", "description", "version", "options", "acp_auth", "question_timeout_s", "cancel_grace_s",
         "turn_timeout_s", "turn_idle_timeout_s", "max_live_sessions", "prompts", "prompt_sources", "shared_prompts",
-        "front_settings", "oauth", "limits",
+        "front_settings", "oauth", "limits", "access",
     }
 )  # fmt: skip
 # A back's kind and a front's name and key: a TOML bare key, a metric label.
