@@ -183,7 +183,7 @@ async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_gr
         assert owners[acp_sid] == f"unix::{user}", owners
         # One audit line per turn: who, route, front, outcome; never the content.
         audit = [json.loads(line.split(": audit ", 1)[1]) for line in d.log_text().splitlines() if "bridge.audit" in line]
-        assert {"who": f"jwt:{issuer.url}:alice", "route": "team", "front": "chat", "outcome": "end_turn"} in [
+        assert {"who": f"jwt:{issuer.url}:alice", "route": "team", "front": "rest", "outcome": "end_turn"} in [
             {k: a[k] for k in ("who", "route", "front", "outcome")} for a in audit
         ], audit
         assert any(a["who"] == f"unix::{user}" and a["front"] == "acp" for a in audit), audit

@@ -199,7 +199,7 @@ async def test_every_front_takes_issuer_tokens_and_refuses_bad_ones(
         assert any(a["via"] == "token" and a["subject"] == "a2a/keyed" and a["route"] == "keyed" for a in audit), audit
         assert (f"jwt:{issuer.url}:alice", "demo", "a2a") in whos and (f"jwt:{issuer.url}:bob", "demo", "a2a") in whos, whos
         assert (f"jwt:{issuer.url}:alice", "demo", "mcp") in whos, whos
-        assert (f"jwt:{issuer.url}:alice", "demo", "chat") in whos, whos
+        assert (f"jwt:{issuer.url}:alice", "demo", "ws") in whos, whos
 
 
 async def test_an_mcp_client_signs_in_by_itself_from_the_401(

@@ -104,7 +104,7 @@ class AcpConnection:
         route: str,
         identity: Identity = ANONYMOUS,
     ) -> None:
-        self.identity = identity  # the socket peer's Unix user (unix_socket.py); stdio: anonymous
+        self.identity = identity  # the socket peer's Unix user (unix_socket.py), the stdio user: its turns carry it, `[limits]` count it
         self.receive = receive
         self.send = send
         self.manager = manager
@@ -119,10 +119,6 @@ class AcpConnection:
         self.initialized = False
         self.client_caps = acp.ClientCapabilities()
         self.authenticated = self.route.acp_auth is None
-        # Who is at the other end (bridge/core/identity.py): the hook where the unix
-        # socket sets its peer's Unix user; stdio and unidentified sockets are ANONYMOUS.
-        # Its turns carry it, and `[limits]` count them against it.
-        self.identity: Identity = ANONYMOUS
         self.services = EditorServices(self.conn, config.section(AcpFrontConfig).request_timeout_s)
         self.questions = EditorQuestions(self.services)
         self._nursery: trio.Nursery | None = None
