@@ -52,6 +52,7 @@ from bridge.errors import (
     ParseError,
     PeerError,
     PromptError,
+    RateLimited,
     RequestCancelled,
 )
 from bridge.schema import acp
@@ -400,6 +401,7 @@ ALL_ERRORS: list[BridgeError] = [
     NotFound("n"),
     Busy("b"),
     Overloaded("too many live sessions"),
+    RateLimited("over [limits]", retry_after_s=3, limit="concurrent_turns", scope="route", route="demo"),
     RequestCancelled("c"),
     BackUnavailable("u"),
     BackAuthRequired("sign in"),
@@ -420,7 +422,7 @@ def test_every_error_class_is_in_the_table_and_sampled() -> None:
 def test_error_response_uses_the_table(exc: BridgeError) -> None:
     codes = CODES[type(exc)]
     resp = error_response(9, exc)
-    assert resp == ErrorResponse(id=9, error=ErrorObject(code=codes.jsonrpc, message=exc.message, data=None))
+    assert resp == ErrorResponse(id=9, error=ErrorObject(code=codes.jsonrpc, message=exc.message, data=exc.data))
     assert error_response(9, exc, a2a=True).error.code == codes.a2a
 
 
