@@ -26,6 +26,7 @@ import msgspec
 from bridge import registry
 from bridge.errors import ConfigError
 from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
+from bridge.telemetry.config import TelemetryConfig
 
 __all__ = [
     "AcpAuth",
@@ -285,6 +286,7 @@ class Config(ConfigStruct):
     store: StoreConfig = StoreConfig()
     daemon: DaemonConfig = DaemonConfig()
     cluster: ClusterConfig = ClusterConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()  # tracing (bridge/telemetry)
     # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []
@@ -306,6 +308,7 @@ _SECTIONS: dict[str, Any] = {
     "daemon": DaemonConfig,
     "server": ServerConfig,
     "store": StoreConfig,
+    "telemetry": TelemetryConfig,
 }
 # Filled by parse_config: a key written here in TOML is an unknown key.
 _DERIVED_CONFIG_KEY = "front_sections"

@@ -19,6 +19,7 @@ import trio
 
 from bridge.core.content import ContentBlock
 from bridge.core.events import CommandInfo, ConfigOption, Event, Question, QuestionAnswered, StopReason
+from bridge.telemetry import TurnTrace
 
 __all__ = ["AgentInfo", "Back", "BackSession", "ClientServices", "SessionContext", "SessionHost", "TaskSpawner", "TurnHandle"]
 
@@ -94,6 +95,9 @@ class TurnHandle(Protocol):
     # `metadata`, `extensions`), or None: a back whose protocol has them passes them on.
     message_id: str | None
     message_meta: dict[str, Any] | None
+    # Its span (bridge/telemetry): `trace.carrier()` is the W3C trace context a back
+    # sends with the turn (`traceparent`, `tracestate`), empty when tracing is off.
+    trace: TurnTrace
 
     @property
     def cancel_requested(self) -> bool: ...

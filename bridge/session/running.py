@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from bridge import telemetry
 from bridge.backs.base import BackSession
 from bridge.config import Route
 from bridge.core.events import Event, QuestionAnswered, StopReason, TurnEnded, TurnError
@@ -41,6 +42,7 @@ class TurnRunner:
     id: str
     record: SessionRecord
     route: Route
+    back_kind: str  # the route's back (`kind`), for its trace
     manager: Any  # bridge/session/live.py SessionOwner
     turn: Turn | None
     last_used: float
@@ -68,7 +70,7 @@ class TurnRunner:
             await self._end_turn(turn, StopReason.FAILED, error)
 
     async def _run_turn(self, turn: Turn) -> None:
-        set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id)
+        set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id, **turn.trace.log_ids())
         log.info("turn started")
         stop, error = StopReason.END_TURN, None
         limit = self.route.turn_timeout_s
@@ -102,9 +104,14 @@ class TurnRunner:
         try:
             if turn.invocation is not None:
                 # The back gets the prompt's messages; the log keeps what the user typed.
-                turn.prompt = await self.manager.prompts.expand(turn.invocation)
+                with turn.trace.child("prompt.expand", prompt=turn.invocation.name):
+                    turn.invocation.trace = turn.trace.carrier()
+                    turn.prompt = await self.manager.prompts.expand(turn.invocation)
             back = await self._ensure_back()
-            return await back.prompt(turn), None
+            with turn.trace.back(self.back_kind):
+                stop = await back.prompt(turn)
+                turn.trace.note(back_ref=self.record.back_ref)
+            return stop, None
         except BackError as exc:
             log.warning("session %s turn %s: back failed: %s", self.id, turn.turn_id, exc.message)
             return StopReason.FAILED, TurnError(message=exc.message, kind=type(exc).__name__)
@@ -130,6 +137,7 @@ class TurnRunner:
         self.record.last_stop = stop.value
         with trio.CancelScope(shield=True):
             await self.flush_or_close()  # a store failure must not leave the turn's waiters hanging
+        turn.trace.end(stop.value, error.kind if error else None, error.message if error else None)
         turn.ended = ended
         turn._done.set()
         self._changed()
@@ -141,7 +149,7 @@ class TurnRunner:
         first = turn.first_event_at - turn.started if turn.first_event_at is not None else None
         log.info("turn ended: %s after %.3f s", stop.value, seconds)
         if self.manager.observer is not None:
-            self.manager.observer.turn_ended(self.record.route, stop.value, seconds, first)
+            self.manager.observer.turn_ended(self.record.route, stop.value, seconds, first, trace=telemetry.exemplar(turn.trace))
 
     def cancel(self) -> bool:
         """Ask the running turn to stop; it ends `cancelled` within `cancel_grace_s`.

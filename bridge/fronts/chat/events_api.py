@@ -31,6 +31,7 @@ from urllib.parse import parse_qs
 import msgspec
 import trio
 
+from bridge import telemetry
 from bridge.codecs import safejson
 from bridge.codecs.sse import encode_event
 from bridge.config import Config
@@ -291,6 +292,7 @@ class CanonicalApi:
             raise InvalidParams("give either text or content (a list of content blocks)")
         content = req.content if req.content is not None else [TextContent(text=req.text)]
         session = await self.manager.get(params["session_id"])
+        telemetry.incoming("chat", scope=scope)
         turn = await session.begin_turn(content)  # Busy: 409; a bad /command: 400
         return 202, {"turn_id": turn.turn_id}, []
 

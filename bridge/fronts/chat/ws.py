@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 import trio
 
+from bridge import telemetry
 from bridge.config import Config
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.errors import PeerError, codes_for
@@ -117,6 +118,7 @@ class WsFront:
                 await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
             return
         conn = WsConnection(self, receive, send, authed=authed)
+        telemetry.connection("chat", scope)  # the upgrade's traceparent: the parent of its turns
         try:
             await conn.run()
         except Exception:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import mcp_types as types
 import trio
 
+from bridge import telemetry
 from bridge.config import Config
 from bridge.core.content import (
     AudioContent,
@@ -210,6 +211,7 @@ async def _one_turn(
     session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float
 ) -> types.CallToolResult:
     try:
+        telemetry.incoming("mcp", ctx.meta, scope=getattr(ctx.request, "scope", None))  # `_meta` (MCP SEP-414), then headers
         turn = await session.begin_turn([TextContent(text=prompt)])
     except BridgeError as exc:  # a refused slash command, a busy session, shutting down
         return _error(exc.message, session_id=session.id)

@@ -1,0 +1,176 @@
+"""The OpenTelemetry implementation of bridge/telemetry (the `agent-bridge[otel]` extra).
+
+Imported only by `bridge.telemetry.setup` when `[telemetry] enabled` is set. Configured
+the standard way, by the SDK itself: `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`
+(the service is `agent-bridge` when neither names it), `OTEL_TRACES_SAMPLER` and its
+argument, `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `_HEADERS`,
+`_TIMEOUT` and the rest of the OTLP/HTTP exporter's variables, `OTEL_BSP_*` for the batch
+processor, `OTEL_ATTRIBUTE_*` and `OTEL_SPAN_*` limits. `OTEL_TRACES_EXPORTER` picks
+`otlp` (the default: OTLP over HTTP with protobuf), `console` or `none`.
+
+Spans are exported by the SDK's `BatchSpanProcessor` from its own thread: ending a span
+appends it to a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`, spans past it are dropped and
+counted by the SDK), so the event loop never waits for the collector.
+
+Every span is started with an explicit parent context, never the implicit current one:
+trio copies contextvars into each task at spawn, and a turn runs across tasks (the
+front's, the session's, a back's reader), so the context travels on the turn
+(`Turn.trace`, this module's `OtelTurnTrace`). The propagator is W3C Trace Context
+(`traceparent`, `tracestate`) only: `OTEL_PROPAGATORS` is not read, so a client's
+baggage is never forwarded to a back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Span as OtelSpan
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from bridge import __version__
+from bridge.telemetry.base import TurnTrace
+
+__all__ = ["OtelTracing", "OtelTurnTrace"]
+
+log = logging.getLogger("bridge.telemetry")
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_Value = str | int | float | bool | None
+
+
+def _clean(attributes: dict[str, _Value]) -> dict[str, str | int | float | bool]:
+    return {k if "." in k else f"agent_bridge.{k}": v for k, v in attributes.items() if v is not None}
+
+
+class _Child:
+    """One child span of a turn, open while its `with` block runs."""
+
+    __slots__ = ("_attributes", "_kind", "_name", "_owner", "_parent", "_span", "_tracer")
+
+    def __init__(self, owner: OtelTurnTrace | None, tracer: Tracer, name: str, parent: Context, kind: SpanKind, attributes: dict[str, _Value]) -> None:
+        self._owner = owner  # set for the back's call: `carrier()` names it while it is open
+        self._name, self._parent, self._kind, self._attributes = name, parent, kind, attributes
+        self._span: OtelSpan = trace.INVALID_SPAN
+        self._tracer = tracer
+
+    def __enter__(self) -> _Child:
+        self._span = self._tracer.start_span(self._name, context=self._parent, kind=self._kind, attributes=_clean(self._attributes))
+        if self._owner is not None:
+            self._owner._back = trace.set_span_in_context(self._span, Context())
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self._owner is not None:
+            self._owner._back = None
+        if e is not None and isinstance(e, Exception):
+            self._span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"[:512]))
+            self._span.set_attribute("error.type", type(e).__name__)
+        self._span.end()
+
+    def set(self, **attributes: _Value) -> None:
+        self._span.set_attributes(_clean(attributes))
+
+
+class OtelTurnTrace(TurnTrace):
+    """A traced turn: its SERVER span, the context its children start from, and the
+    back's call while it runs (whose context `carrier()` sends on)."""
+
+    __slots__ = ("_back", "_ctx", "_span", "_tracer", "span_id", "trace_id")
+
+    def __init__(self, tracer: Tracer, span: OtelSpan) -> None:
+        self._tracer = tracer
+        self._span = span
+        self._ctx = trace.set_span_in_context(span, Context())
+        self._back: Context | None = None
+        sc = span.get_span_context()
+        sampled = sc.is_valid and sc.trace_flags.sampled
+        self.trace_id = format(sc.trace_id, "032x") if sampled else ""
+        self.span_id = format(sc.span_id, "016x") if sampled else ""
+
+    def child(self, name: str, **attributes: _Value) -> _Child:
+        return _Child(None, self._tracer, name, self._ctx, SpanKind.INTERNAL, attributes)
+
+    def back(self, kind: str) -> _Child:
+        return _Child(self, self._tracer, f"back {kind}", self._ctx, SpanKind.CLIENT, {"agent_bridge.back": kind})
+
+    def note(self, **attributes: _Value) -> None:
+        target = trace.get_current_span(self._back) if self._back is not None else self._span
+        target.set_attributes(_clean(attributes))
+
+    def event(self, name: str, **attributes: _Value) -> None:
+        self._span.add_event(name, _clean(attributes))
+
+    def carrier(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        _PROPAGATOR.inject(out, context=self._back if self._back is not None else self._ctx)
+        return out
+
+    def end(self, stop_reason: str, error_kind: str | None = None, error: str | None = None) -> None:
+        span = self._span
+        span.set_attribute("agent_bridge.stop_reason", stop_reason)
+        if error is not None:
+            span.set_attribute("error.type", error_kind or "error")
+            span.set_status(Status(StatusCode.ERROR, error[:512]))
+        span.end()
+
+    def log_ids(self) -> dict[str, str]:
+        return {"trace_id": self.trace_id, "span_id": self.span_id} if self.trace_id else {}
+
+
+class OtelTracing:
+    """The tracer every turn's span comes from (installed by `bridge.telemetry.setup`)."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("agent-bridge", __version__)
+
+    @classmethod
+    def from_environment(cls) -> OtelTracing:
+        resource = Resource.create()
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": "agent-bridge"}))
+        provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER
+        exporter = _exporter()
+        if exporter is not None:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+        return cls(provider)
+
+    @classmethod
+    def with_processor(cls, processor: SpanProcessor, **provider: Any) -> OtelTracing:
+        """On a processor of the caller's (tests: a SimpleSpanProcessor over an InMemorySpanExporter)."""
+        tp = TracerProvider(shutdown_on_exit=False, **provider)
+        tp.add_span_processor(processor)
+        return cls(tp)
+
+    def start_turn(self, parent: dict[str, str] | None, front: str, attributes: dict[str, str]) -> OtelTurnTrace:
+        ctx = _PROPAGATOR.extract(parent, context=Context()) if parent else Context()
+        attributes = {**attributes, "agent_bridge.front": front}
+        span = self.tracer.start_span(f"turn {attributes['agent_bridge.route']}", context=ctx, kind=SpanKind.SERVER, attributes=attributes)
+        return OtelTurnTrace(self.tracer, span)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+def _exporter() -> SpanExporter | None:
+    """What `OTEL_TRACES_EXPORTER` names (OpenTelemetry SDK environment variables)."""
+    names = [n.strip() for n in os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
+    if "none" in names or not names:
+        return None
+    if "console" in names:
+        return ConsoleSpanExporter()
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if protocol != "http/protobuf":
+        log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s is not supported; exporting OTLP over HTTP (http/protobuf)", protocol)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
