@@ -211,7 +211,7 @@ async def _chains(a: Daemon, b: Daemon, receiver: OtlpReceiver, agent_url: str) 
     assert back_b["parent"] == turn_b["span"] and back_b["attributes"]["agent_bridge.remote_task"]
     assert "first_chunk" in turn_a["events"] and turn_a["attributes"]["agent_bridge.stop_reason"] == "end_turn"
     # The agent was sent B's back call as the parent (a2a-sdk's server read the header).
-    assert f"00-{trace}-{back_b['span']}-01" in await _peer_traceparents(agent_url)
+    assert f"00-{trace}-{back_b['span']}-01" in await _peer_traceparents(agent_url)  # sampled, as the editor said
 
     # 2. An A2A client's traceparent header → A (chat back: chat:send's fields) → B's /ws → the agent.
     trace, parent, tp = _ids()

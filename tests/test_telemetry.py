@@ -21,6 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from acp_back_support import PEERS, PY_AGENT
+
 from bridge import telemetry
 from bridge.backs import make_back
 from bridge.config import parse_config
@@ -153,6 +155,64 @@ async def test_a_prompt_expansion_is_a_child_span(exporter: InMemorySpanExporter
     (expand,) = _by_name(spans, "prompt.expand")
     assert expand.parent is not None and expand.parent.span_id == turn.context.span_id
     assert dict(expand.attributes or {})["agent_bridge.prompt"] == "greet"
+
+
+async def test_the_acp_back_sends_its_call_as_the_agents_parent_in_meta(exporter: InMemorySpanExporter, tmp_path: Any) -> None:
+    """The ACP back puts `_meta.traceparent` on `session/prompt` (ACP extensibility, `_meta`):
+    the agent (the official ACP SDK, its own process) reports what it received."""
+    config = parse_config({"routes": {"agent": {"back": {"kind": "acp", "command": PY_AGENT}}}, "store": {"flush_interval_s": 0.01}})
+    manager = SessionManager(config, MemoryStore(), make_back)
+    said: list[str] = []
+
+    class Sub:
+        def deliver(self, event: ev.Event) -> None:
+            if isinstance(event, ev.MessageChunk) and isinstance(event.content, TextContent):
+                said.append(event.content.text)
+
+        def congested(self) -> bool:
+            return False
+
+        async def wait_uncongested(self) -> None:
+            pass
+
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            session = await manager.create("agent", cwd=str(tmp_path))
+            session.subscribe(Sub())
+            telemetry.incoming("acp", {"traceparent": TRACEPARENT})
+            ended = await session.start_turn([TextContent(text="traceparent")]).wait()
+            await session.close()
+            nursery.cancel_scope.cancel()
+    assert ended.stop_reason is ev.StopReason.END_TURN, ended
+    (back,) = _by_name(exporter.get_finished_spans(), "back acp")
+    assert f"traceparent=00-{TRACE_ID}-{format(back.context.span_id, '016x')}-01" in "".join(said)
+
+
+async def test_an_mcp_prompt_source_is_sent_the_turn_in_meta(exporter: InMemorySpanExporter, tmp_path: Any) -> None:
+    """`prompts/get` carries `_meta.traceparent` (MCP SEP-414) to the source (the official
+    `mcp` SDK's server, its own process), which puts what it got in the prompt."""
+    control = tmp_path / "prompts.json"
+    control.write_text(json.dumps({"prompts": [{"name": "traced", "text": "parent={_meta.traceparent}"}]}))
+    config = parse_config({
+        "routes": {"demo": {"back": {"kind": "demo", "chunk_delay_s": 0}}},
+        "prompt_sources": [{"name": "src", "command": [sys.executable, str(PEERS / "mcp_prompts_server.py"), str(control)]}],
+        "store": {"flush_interval_s": 0.01},
+    })  # fmt: skip
+    manager = SessionManager(config, MemoryStore(), make_back)
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            session = await manager.create("demo", cwd="/w")
+            turn = session.start_turn([TextContent(text="/traced")])
+            ended = await turn.wait()
+            nursery.cancel_scope.cancel()
+    assert ended.stop_reason is ev.StopReason.END_TURN, ended
+    spans = exporter.get_finished_spans()
+    (span,) = _by_name(spans, "turn demo")
+    sent = f"00-{format(span.context.trace_id, '032x')}-{format(span.context.span_id, '016x')}-"
+    (block,) = turn.prompt
+    assert isinstance(block, TextContent) and block.text.startswith(f"parent={sent}")  # then the flags: sampled
 
 
 async def test_an_untrusted_client_cannot_choose_the_trace(exporter: InMemorySpanExporter) -> None:
