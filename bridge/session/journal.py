@@ -160,7 +160,7 @@ class Journal:
                 stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
             turn = getattr(self, "turn", None)  # a store flush is a span of the turn it is for, if any
             try:
-                with trio.CancelScope(shield=True), (turn.trace if turn is not None else OFF).child("store.flush", events=len(batch)):
+                with trio.CancelScope(shield=True), (turn.trace if turn is not None else OFF).flush(len(batch)):
                     await self.manager.store.save(self.record, turns=turns, batch=stored, tasks=tasks, states=states)
             except BaseException:
                 self._unstore(batch, turns, tasks, states)

@@ -153,7 +153,7 @@ def setup(config: Any) -> bool:
         raise ImportError(
             "[telemetry] enabled needs the OpenTelemetry packages: pip install 'agent-bridge[otel]'"
         ) from exc
-    install(OtelTracing.from_environment(), trust_incoming=config.trust_incoming)
+    install(OtelTracing.from_environment(flush_span_min_ms=config.flush_span_min_ms), trust_incoming=config.trust_incoming)
     return True
 
 

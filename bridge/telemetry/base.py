@@ -70,6 +70,11 @@ class TurnTrace:
         """The back's call: while it is open, `carrier()` names it as the parent."""
         return _NO_SPAN
 
+    def flush(self, events: int) -> AbstractContextManager[Span]:
+        """A store flush for the turn: counted on the turn, a child span when it was slow
+        or failed (`[telemetry] flush_span_min_ms`)."""
+        return _NO_SPAN
+
     def note(self, **attributes: str | int | float | bool | None) -> None:
         """Attributes on the back's call (its remote task or session id)."""
 

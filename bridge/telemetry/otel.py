@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from types import TracebackType
 from typing import Any
 
@@ -80,17 +81,49 @@ class _Child:
         self._span.set_attributes(_clean(attributes))
 
 
+class _Flush:
+    """A store flush of a turn: timed, counted on the turn; a span only when it took at
+    least the turn's `flush_span_min_ns` or failed (a span costs ~40 µs of CPU all told,
+    a fast flush is most turns' third span: bench/a2a_front.py --tracing)."""
+
+    __slots__ = ("_events", "_owner", "_start")
+
+    def __init__(self, owner: OtelTurnTrace, events: int) -> None:
+        self._owner, self._events, self._start = owner, events, 0
+
+    def __enter__(self) -> _Flush:
+        self._start = time.time_ns()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        end = time.time_ns()
+        owner = self._owner
+        owner._flushes += 1
+        owner._flush_ns += end - self._start
+        if end - self._start < owner._flush_span_min_ns and e is None:
+            return
+        span = owner._tracer.start_span("store.flush", context=owner._ctx, start_time=self._start, attributes={"agent_bridge.events": self._events})
+        if e is not None:
+            span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"[:512]))
+            span.set_attribute("error.type", type(e).__name__)
+        span.end(end_time=end)
+
+    def set(self, **attributes: _Value) -> None:
+        pass
+
+
 class OtelTurnTrace(TurnTrace):
     """A traced turn: its SERVER span, the context its children start from, and the
     back's call while it runs (whose context `carrier()` sends on)."""
 
-    __slots__ = ("_back", "_ctx", "_span", "_tracer", "span_id", "trace_id")
+    __slots__ = ("_back", "_ctx", "_flush_ns", "_flush_span_min_ns", "_flushes", "_span", "_tracer", "span_id", "trace_id")
 
-    def __init__(self, tracer: Tracer, span: OtelSpan) -> None:
+    def __init__(self, tracer: Tracer, span: OtelSpan, flush_span_min_ns: int = 0) -> None:
         self._tracer = tracer
         self._span = span
         self._ctx = trace.set_span_in_context(span, Context())
         self._back: Context | None = None
+        self._flushes, self._flush_ns, self._flush_span_min_ns = 0, 0, flush_span_min_ns
         sc = span.get_span_context()
         sampled = sc.is_valid and sc.trace_flags.sampled
         self.trace_id = format(sc.trace_id, "032x") if sampled else ""
@@ -100,11 +133,16 @@ class OtelTurnTrace(TurnTrace):
         return _Child(None, self._tracer, name, self._ctx, SpanKind.INTERNAL, attributes)
 
     def back(self, kind: str) -> _Child:
-        return _Child(self, self._tracer, f"back {kind}", self._ctx, SpanKind.CLIENT, {"agent_bridge.back": kind})
+        return _Child(self, self._tracer, f"back {kind}", self._ctx, SpanKind.CLIENT, {})
+
+    def flush(self, events: int) -> _Flush:
+        return _Flush(self, events)
 
     def note(self, **attributes: _Value) -> None:
-        target = trace.get_current_span(self._back) if self._back is not None else self._span
-        target.set_attributes(_clean(attributes))
+        clean = _clean(attributes)
+        if clean:
+            target = trace.get_current_span(self._back) if self._back is not None else self._span
+            target.set_attributes(clean)
 
     def event(self, name: str, **attributes: _Value) -> None:
         self._span.add_event(name, _clean(attributes))
@@ -116,7 +154,11 @@ class OtelTurnTrace(TurnTrace):
 
     def end(self, stop_reason: str, error_kind: str | None = None, error: str | None = None) -> None:
         span = self._span
-        span.set_attribute("agent_bridge.stop_reason", stop_reason)
+        span.set_attributes({
+            "agent_bridge.stop_reason": stop_reason,
+            "agent_bridge.store_flushes": self._flushes,
+            "agent_bridge.store_flush_s": self._flush_ns / 1e9,
+        })  # fmt: skip
         if error is not None:
             span.set_attribute("error.type", error_kind or "error")
             span.set_status(Status(StatusCode.ERROR, error[:512]))
@@ -129,12 +171,13 @@ class OtelTurnTrace(TurnTrace):
 class OtelTracing:
     """The tracer every turn's span comes from (installed by `bridge.telemetry.setup`)."""
 
-    def __init__(self, provider: TracerProvider) -> None:
+    def __init__(self, provider: TracerProvider, *, flush_span_min_ms: float = 0.0) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer("agent-bridge", __version__)
+        self.flush_span_min_ns = int(flush_span_min_ms * 1e6)
 
     @classmethod
-    def from_environment(cls) -> OtelTracing:
+    def from_environment(cls, *, flush_span_min_ms: float = 0.0) -> OtelTracing:
         resource = Resource.create()
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": "agent-bridge"}))
@@ -142,20 +185,20 @@ class OtelTracing:
         exporter = _exporter()
         if exporter is not None:
             provider.add_span_processor(BatchSpanProcessor(exporter))
-        return cls(provider)
+        return cls(provider, flush_span_min_ms=flush_span_min_ms)
 
     @classmethod
-    def with_processor(cls, processor: SpanProcessor, **provider: Any) -> OtelTracing:
+    def with_processor(cls, processor: SpanProcessor, *, flush_span_min_ms: float = 0.0, **provider: Any) -> OtelTracing:
         """On a processor of the caller's (tests: a SimpleSpanProcessor over an InMemorySpanExporter)."""
         tp = TracerProvider(shutdown_on_exit=False, **provider)
         tp.add_span_processor(processor)
-        return cls(tp)
+        return cls(tp, flush_span_min_ms=flush_span_min_ms)
 
     def start_turn(self, parent: dict[str, str] | None, front: str, attributes: dict[str, str]) -> OtelTurnTrace:
         ctx = _PROPAGATOR.extract(parent, context=Context()) if parent else Context()
         attributes = {**attributes, "agent_bridge.front": front}
         span = self.tracer.start_span(f"turn {attributes['agent_bridge.route']}", context=ctx, kind=SpanKind.SERVER, attributes=attributes)
-        return OtelTurnTrace(self.tracer, span)
+        return OtelTurnTrace(self.tracer, span, self.flush_span_min_ns)
 
     def shutdown(self) -> None:
         self.provider.shutdown()
