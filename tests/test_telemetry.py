@@ -132,7 +132,7 @@ async def test_a_turn_is_one_span_with_its_back_question_and_flushes_as_children
     assert max(f.end_time or 0 for f in flushes) <= (turn.end_time or 0)
 
 
-async def test_fast_store_flushes_are_counted_on_the_turn_not_spans_of_their_own() -> None:
+async def test_fast_store_flushes_add_up_on_the_turn_not_as_spans_of_their_own() -> None:
     memory = InMemorySpanExporter()
     telemetry.install(OtelTracing.with_processor(SimpleSpanProcessor(memory), flush_span_min_ms=60_000))
     try:
@@ -144,7 +144,7 @@ async def test_fast_store_flushes_are_counted_on_the_turn_not_spans_of_their_own
     assert not _by_name(spans, "store.flush")
     (turn,) = _by_name(spans, "turn demo")
     attrs = dict(turn.attributes or {})
-    assert attrs["agent_bridge.store_flushes"] >= 1 and attrs["agent_bridge.store_flush_s"] > 0
+    assert attrs["agent_bridge.store_flush_s"] > 0
 
 
 async def test_a_failed_turn_has_error_status_and_its_error(exporter: InMemorySpanExporter) -> None:

@@ -121,7 +121,7 @@ class Turn:
         self.events += 1
         if self.first_event_at is None:
             self.first_event_at = time.monotonic()
-            self.trace.event("first_chunk", event=type(event).__name__)
+            self.trace.event("first_chunk")
         if type(event) is CommandsAvailable:
             event.commands = self.session._with_prompts(event.commands)
         self.session._emit(event)

@@ -71,7 +71,7 @@ class TurnTrace:
         return _NO_SPAN
 
     def flush(self, events: int) -> AbstractContextManager[Span]:
-        """A store flush for the turn: counted on the turn, a child span when it was slow
+        """A store flush for the turn: its time adds up on the turn, a child span when it was slow
         or failed (`[telemetry] flush_span_min_ms`)."""
         return _NO_SPAN
 

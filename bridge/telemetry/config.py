@@ -23,6 +23,6 @@ class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # not trust: they then cannot pick trace ids or force sampling; each turn starts a trace.
     trust_incoming: bool = True
     # A store flush becomes a child span of its turn when it took at least this long (or
-    # failed); every flush is counted on the turn span (`agent_bridge.store_flushes`,
-    # `agent_bridge.store_flush_s`). 0: a span for every flush, at ~40 µs of CPU each.
+    # failed); the time of every flush adds up on the turn span (`agent_bridge.store_flush_s`).
+    # 0: a span for every flush, at ~40 µs of CPU each.
     flush_span_min_ms: Annotated[float, msgspec.Meta(ge=0)] = 5.0
