@@ -293,12 +293,29 @@ async def test_the_turn_histograms_carry_the_trace_as_an_exemplar_in_openmetrics
     assert not wants_openmetrics("text/plain")
 
 
+async def test_a_tracer_that_fails_leaves_the_turn_untraced_not_failed() -> None:
+    class Broken:
+        def start_turn(self, parent: Any, front: str, attributes: Any) -> Any:
+            raise RuntimeError("exporter misconfigured")
+
+        def shutdown(self) -> None:
+            pass
+
+    telemetry.install(Broken())
+    try:
+        with trio.fail_after(CEILING_S):
+            ended = await _run("hello")
+    finally:
+        telemetry.uninstall()
+    assert ended.stop_reason is ev.StopReason.END_TURN
+
+
 def test_off_the_trace_calls_are_no_ops() -> None:
     assert not telemetry.enabled()
     telemetry.incoming("a2a", {"traceparent": TRACEPARENT})
-    trace = telemetry.start_turn(route="r", session="s", turn="t", back="demo")
+    trace = telemetry.start_turn(route="r", session="s", turn="t", back=None)
     assert trace is telemetry.OFF and trace.carrier() == {} and trace.log_ids() == {}
-    with trace.child("x") as span, trace.back("demo"):
+    with trace.child("x") as span, trace.back(), trace.flush(3):
         span.set(a=1)
     assert telemetry.exemplar(trace) is None
 

@@ -158,9 +158,10 @@ class Journal:
                 self.record.updated_at = time.time()
                 self.record.last_seq = batch[-1].seq
                 stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
-            turn = getattr(self, "turn", None)  # a store flush is a span of the turn it is for, if any
+            turn = getattr(self, "turn", None)  # the running turn's flush is part of its trace (its end's too)
+            trace = turn.trace if turn is not None and turn.ended is None else OFF
             try:
-                with trio.CancelScope(shield=True), (turn.trace if turn is not None else OFF).flush(len(batch)):
+                with trio.CancelScope(shield=True), trace.flush(len(batch)):
                     await self.manager.store.save(self.record, turns=turns, batch=stored, tasks=tasks, states=states)
             except BaseException:
                 self._unstore(batch, turns, tasks, states)

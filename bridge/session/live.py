@@ -325,11 +325,6 @@ class Session(Commands, TurnRunner, Journal):
     def last_seq(self) -> int:
         return self._seq
 
-    @property
-    def back_kind(self) -> str:
-        """The route's back, as its config names it (`kind`), for the turn's trace."""
-        return str(type(self.route.back).__struct_config__.tag or type(self.route.back).__name__)
-
     def _changed(self) -> None:
         """Its status changed (a turn started or ended, a question asked or answered)."""
         self.manager.changes.changed(self.id)
@@ -366,7 +361,7 @@ class Session(Commands, TurnRunner, Journal):
         invocation = self.manager.prompts.resolve(self.record.route, content, back_commands)  # InvalidParams: no turn
         turn = Turn(self, turn_id or new_id(), content, message_id=message_id, message_meta=meta)
         turn.invocation = invocation
-        turn.trace = telemetry.start_turn(route=self.record.route, session=self.id, turn=turn.turn_id, back=self.back_kind)
+        turn.trace = telemetry.start_turn(route=self.record.route, session=self.id, turn=turn.turn_id, back=self.route.back)
         self.turn = turn
         self.last_used = trio.current_time()
         if self.record.title is None:

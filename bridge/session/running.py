@@ -42,7 +42,6 @@ class TurnRunner:
     id: str
     record: SessionRecord
     route: Route
-    back_kind: str  # the route's back (`kind`), for its trace
     manager: Any  # bridge/session/live.py SessionOwner
     turn: Turn | None
     last_used: float
@@ -108,7 +107,7 @@ class TurnRunner:
                     turn.invocation.trace = turn.trace.carrier()
                     turn.prompt = await self.manager.prompts.expand(turn.invocation)
             back = await self._ensure_back()
-            with turn.trace.back(self.back_kind):
+            with turn.trace.back():
                 stop = await back.prompt(turn)
                 turn.trace.note(back_ref=self.record.back_ref)
             return stop, None

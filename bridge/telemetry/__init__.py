@@ -27,6 +27,8 @@ a bounded `tracestate` (W3C Trace Context §3.2, §3.3), whatever the mapping ho
 from __future__ import annotations
 
 import contextvars
+import logging
+import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -55,6 +57,8 @@ class _Tracing(Protocol):
 
     def shutdown(self) -> None: ...
 
+
+log = logging.getLogger("bridge.telemetry")
 
 _tracing: _Tracing | None = None
 _trust_incoming = True
@@ -107,11 +111,13 @@ def _first(carriers: tuple[Mapping[str, Any] | None, ...], scope: Mapping[str, A
     return carrier_from(headers)
 
 
-def start_turn(*, route: str, session: str, turn: str, back: str) -> TurnTrace:
+def start_turn(*, route: str, session: str, turn: str, back: Any) -> TurnTrace:
     """The span of a turn starting now (`OFF` when tracing is off), the child of what the
-    current task's client sent (`incoming`), which is used once."""
+    current task's client sent (`incoming`), which is used once. `back`: the route's back
+    config (a Struct tagged with its `kind`)."""
     if _tracing is None:
         return OFF
+    back = str(type(back).__struct_config__.tag or type(back).__name__)
     sent = _incoming.get()
     if sent is not None:
         _incoming.set(None)
@@ -120,7 +126,11 @@ def start_turn(*, route: str, session: str, turn: str, back: str) -> TurnTrace:
     if conn is not None:
         front, parent = (front if sent is not None else conn[0]), conn[1]
     attributes = {"agent_bridge.route": route, "agent_bridge.session": session, "agent_bridge.turn": turn, "agent_bridge.back": back}
-    return _tracing.start_turn(parent, front, attributes)
+    try:
+        return _tracing.start_turn(parent, front, attributes)
+    except Exception:  # tracing is never a reason for a turn to fail (STYLE.md rule 17): our bug, logged
+        log.exception("the span of turn %s could not be started; the turn runs untraced", turn)
+        return OFF
 
 
 def exemplar(trace: TurnTrace) -> dict[str, str] | None:
@@ -147,6 +157,8 @@ def setup(config: Any) -> bool:
     is missing. True if tracing is on."""
     if not config.enabled or _tracing is not None:
         return _tracing is not None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":  # OpenTelemetry SDK environment variables
+        return False
     try:
         from bridge.telemetry.otel import OtelTracing
     except ImportError as exc:

@@ -66,8 +66,8 @@ class TurnTrace:
         """A span under the turn (`with turn.trace.child("question.wait") as span:`)."""
         return _NO_SPAN
 
-    def back(self, kind: str) -> AbstractContextManager[Span]:
-        """The back's call: while it is open, `carrier()` names it as the parent."""
+    def back(self) -> AbstractContextManager[Span]:
+        """The back's call (`back KIND`): while it is open, `carrier()` names it as the parent."""
         return _NO_SPAN
 
     def flush(self, events: int) -> AbstractContextManager[Span]:

@@ -116,10 +116,11 @@ class OtelTurnTrace(TurnTrace):
     """A traced turn: its SERVER span, the context its children start from, and the
     back's call while it runs (whose context `carrier()` sends on)."""
 
-    __slots__ = ("_back", "_ctx", "_flush_ns", "_flush_span_min_ns", "_span", "_tracer", "span_id", "trace_id")
+    __slots__ = ("_back", "_back_name", "_ctx", "_flush_ns", "_flush_span_min_ns", "_span", "_tracer", "span_id", "trace_id")
 
-    def __init__(self, tracer: Tracer, span: OtelSpan, flush_span_min_ns: int = 0) -> None:
+    def __init__(self, tracer: Tracer, span: OtelSpan, back: str, flush_span_min_ns: int = 0) -> None:
         self._tracer = tracer
+        self._back_name = f"back {back}"
         self._span = span
         self._ctx = trace.set_span_in_context(span, Context())
         self._back: Context | None = None
@@ -132,8 +133,8 @@ class OtelTurnTrace(TurnTrace):
     def child(self, name: str, **attributes: _Value) -> _Child:
         return _Child(None, self._tracer, name, self._ctx, SpanKind.INTERNAL, attributes)
 
-    def back(self, kind: str) -> _Child:
-        return _Child(self, self._tracer, f"back {kind}", self._ctx, SpanKind.CLIENT, {})
+    def back(self) -> _Child:
+        return _Child(self, self._tracer, self._back_name, self._ctx, SpanKind.CLIENT, {})
 
     def flush(self, events: int) -> _Flush:
         return _Flush(self, events)
@@ -195,7 +196,7 @@ class OtelTracing:
         ctx = _remote(parent) if parent else Context()
         attributes = {**attributes, "agent_bridge.front": front}
         span = self.tracer.start_span(f"turn {attributes['agent_bridge.route']}", context=ctx, kind=SpanKind.SERVER, attributes=attributes)
-        return OtelTurnTrace(self.tracer, span, self.flush_span_min_ns)
+        return OtelTurnTrace(self.tracer, span, attributes["agent_bridge.back"], self.flush_span_min_ns)
 
     def shutdown(self) -> None:
         self.provider.shutdown()
