@@ -162,6 +162,17 @@ async def test_a_failed_turn_has_error_status_and_its_error(exporter: InMemorySp
     assert turn.parent is None  # no carrier: a trace of its own
 
 
+def test_a_span_shows_no_secret_a_log_line_would_not(exporter: InMemorySpanExporter) -> None:
+    trace = telemetry.start_turn(route="r", session="s", turn="t", back=None)
+    with pytest.raises(RuntimeError), trace.child("prompt.expand"):
+        raise RuntimeError("GET https://agent/x failed, Authorization: Bearer sk-live-0123456789")
+    trace.end("failed", "BackError", "the agent said token=hunter2hunter2 is wrong")
+    for span in exporter.get_finished_spans():
+        assert span.status.status_code is StatusCode.ERROR
+        assert "0123456789" not in (span.status.description or "") and "hunter2" not in (span.status.description or "")
+        assert "***" in (span.status.description or "")
+
+
 async def test_a_prompt_expansion_is_a_child_span(exporter: InMemorySpanExporter) -> None:
     with trio.fail_after(CEILING_S):
         await _run("/greet who=you")

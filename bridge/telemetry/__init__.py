@@ -50,6 +50,7 @@ __all__ = [
     "uninstall",
 ]
 
+
 class _Tracing(Protocol):
     """What `bridge/telemetry/otel.py` installs."""
 
@@ -117,7 +118,8 @@ def start_turn(*, route: str, session: str, turn: str, back: Any) -> TurnTrace:
     config (a Struct tagged with its `kind`)."""
     if _tracing is None:
         return OFF
-    back = str(type(back).__struct_config__.tag or type(back).__name__)
+    config = getattr(type(back), "__struct_config__", None)
+    back = str(getattr(config, "tag", None) or type(back).__name__)
     sent = _incoming.get()
     if sent is not None:
         _incoming.set(None)

@@ -28,7 +28,7 @@ def carrier_from(source: Mapping[str, Any] | None) -> dict[str, str] | None:
     if not source:
         return None
     try:
-        parent = source.get("traceparent")
+        parent, state = source.get("traceparent"), source.get("tracestate")
     except Exception:  # a foreign mapping (a client's object) that cannot be read
         return None
     if not isinstance(parent, str) or len(parent) > _MAX_TRACEPARENT:
@@ -41,8 +41,8 @@ def carrier_from(source: Mapping[str, Any] | None) -> dict[str, str] | None:
     if version == "ff" or (version == "00" and rest) or trace_id == "0" * 32 or span_id == "0" * 16:
         return None
     out = {"traceparent": parent[:55]}
-    state = source.get("tracestate")
-    if isinstance(state, str) and 0 < len(state) <= _MAX_TRACESTATE and state.isprintable():
+    # §3.3.1: printable ASCII; an invalid one is dropped, the traceparent kept (§3.3.1.1).
+    if isinstance(state, str) and 0 < len(state) <= _MAX_TRACESTATE and state.isascii() and state.isprintable():
         out["tracestate"] = state
     return out
 

@@ -12,7 +12,8 @@ Spans are exported by the SDK's `BatchSpanProcessor` from its own thread: ending
 appends it to a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`, spans past it are dropped and
 counted by the SDK), so the event loop never waits for the collector.
 
-Every span is started with an explicit parent context, never the implicit current one:
+Error descriptions go through the log redaction (bridge/logs.py `redact`): what a log
+line would not show, a span does not either. Every span is started with an explicit parent context, never the implicit current one:
 trio copies contextvars into each task at spawn, and a turn runs across tasks (the
 front's, the session's, a back's reader), so the context travels on the turn
 (`Turn.trace`, this module's `OtelTurnTrace`). The propagator is W3C Trace Context
@@ -38,6 +39,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from bridge import __version__
+from bridge.logs import redact
 from bridge.telemetry.base import TurnTrace
 
 __all__ = ["OtelTracing", "OtelTurnTrace"]
@@ -74,7 +76,7 @@ class _Child:
         if self._owner is not None:
             self._owner._back = None
         if e is not None and isinstance(e, Exception):
-            self._span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"[:512]))
+            self._span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
             self._span.set_attribute("error.type", type(e).__name__)
         self._span.end()
 
@@ -104,7 +106,7 @@ class _Flush:
             return
         span = owner._tracer.start_span("store.flush", context=owner._ctx, start_time=self._start, attributes={"agent_bridge.events": self._events})
         if e is not None:
-            span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"[:512]))
+            span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
             span.set_attribute("error.type", type(e).__name__)
         span.end(end_time=end)
 
@@ -159,7 +161,7 @@ class OtelTurnTrace(TurnTrace):
         span.set_attributes({"agent_bridge.stop_reason": stop_reason, "agent_bridge.store_flush_s": self._flush_ns / 1e9})
         if error is not None:
             span.set_attribute("error.type", error_kind or "error")
-            span.set_status(Status(StatusCode.ERROR, error[:512]))
+            span.set_status(Status(StatusCode.ERROR, redact(error)[:512]))  # as in a log line: no secret
         span.end()
 
     def log_ids(self) -> dict[str, str]:
