@@ -8,7 +8,7 @@ every task started from there, so a back's own log lines carry the ids too). Wit
 tracing on (bridge/telemetry), a turn's lines also carry its `trace_id` and `span_id`
 (the turn's span), so a log line leads to its trace.
 
-`--log-format text` (default): `TIME LEVEL logger [worker= route= session= turn=] message`.
+`--log-format text` (default): `TIME LEVEL logger [worker= route= session= turn= trace_id= span_id=] message`.
 Under systemd (`$JOURNAL_STREAM` names our stderr) the time is left to journald and
 each line starts with its syslog priority `<N>`, which journald turns into the
 entry's PRIORITY (sd-daemon(3)). `--log-format json`: one object per line, keys
