@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanKind, StatusCode, TraceState
 
 from acp_back_support import PEERS, PY_AGENT
 
@@ -377,6 +377,9 @@ def test_carrier_from_keeps_only_a_valid_traceparent() -> None:
     for bad in ("", "00-" + "0" * 32 + "-" + PARENT_ID + "-01", f"ff-{TRACE_ID}-{PARENT_ID}-01", TRACEPARENT.upper(), 5, None):
         assert telemetry.carrier_from({"traceparent": bad}) is None
     assert telemetry.carrier_from({"traceparent": TRACEPARENT, "tracestate": "x" * 513}) == {"traceparent": TRACEPARENT}
+    assert telemetry.carrier_from({"traceparent": TRACEPARENT, "tracestate": "a=1, b@sys=x y,"}) == {"traceparent": TRACEPARENT, "tracestate": "a=1, b@sys=x y,"}
+    for bad in ("A=1", "a=1,a=2", "a=", "=1", "a=1\n", ",".join(f"k{i}=v" for i in range(33))):
+        assert telemetry.carrier_from({"traceparent": TRACEPARENT, "tracestate": bad}) == {"traceparent": TRACEPARENT}, bad
     assert telemetry.carrier_from(None) is None
 
 
@@ -389,7 +392,8 @@ _HEX = "0123456789abcdef"
         st.builds(
             lambda v, t, s, f, rest, state: {"traceparent": f"{v}-{t}-{s}-{f}{rest}", "tracestate": state},
             st.text(_HEX, min_size=2, max_size=2), st.text(_HEX, min_size=32, max_size=32), st.text(_HEX, min_size=16, max_size=16),
-            st.text(_HEX, min_size=2, max_size=2), st.one_of(st.just(""), st.text(max_size=300)), st.text(max_size=600),
+            st.text(_HEX, min_size=2, max_size=2), st.one_of(st.just(""), st.text(max_size=300)),
+            st.one_of(st.text(max_size=600), st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,6}=[a-zA-Z0-9 ]{0,5}[a-z]", fullmatch=True), max_size=40).map(",".join)),
         ),
     )
 )  # fmt: skip
@@ -401,3 +405,6 @@ def test_carrier_from_is_total_and_bounded(source: dict[str, Any]) -> None:
     parent = out["traceparent"]
     assert len(parent) == 55 and parent[:2] != "ff" and parent.split("-")[1] != "0" * 32
     assert len(out.get("tracestate", "")) <= 512
+    if "tracestate" in out:  # one the SDK takes whole, with no warning to log
+        members = [m.strip() for m in out["tracestate"].split(",") if m.strip()]
+        assert len(TraceState.from_header([out["tracestate"]])) == len(members)

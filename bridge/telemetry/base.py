@@ -19,6 +19,22 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f
 _MAX_TRACEPARENT = 256
 # §3.3.1.1: at most 32 list members; vendors should propagate at least 512 characters.
 _MAX_TRACESTATE = 512
+_MAX_MEMBERS = 32
+# §3.3.1.3: key "=" value; a key is simple or tenant@system, lowercase; a value printable
+# ASCII without "," or "=", not ending in a space.
+_KEY = r"(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})"
+_MEMBER = re.compile(_KEY + r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+
+
+def _valid_tracestate(state: str) -> bool:
+    """A tracestate the SDK takes without a complaint: well-formed members, each key once,
+    at most 32 (an invalid one is dropped and the traceparent kept, §3.3.1.1)."""
+    members = [m.strip(" \t") for m in state.split(",")]
+    members = [m for m in members if m]
+    if not members or len(members) > _MAX_MEMBERS:
+        return False
+    keys = {m.partition("=")[0] for m in members}
+    return len(keys) == len(members) and all(_MEMBER.fullmatch(m) for m in members)
 
 
 def carrier_from(source: Mapping[str, Any] | None) -> dict[str, str] | None:
@@ -41,8 +57,7 @@ def carrier_from(source: Mapping[str, Any] | None) -> dict[str, str] | None:
     if version == "ff" or (version == "00" and rest) or trace_id == "0" * 32 or span_id == "0" * 16:
         return None
     out = {"traceparent": parent[:55]}
-    # §3.3.1: printable ASCII; an invalid one is dropped, the traceparent kept (§3.3.1.1).
-    if isinstance(state, str) and 0 < len(state) <= _MAX_TRACESTATE and state.isascii() and state.isprintable():
+    if isinstance(state, str) and 0 < len(state) <= _MAX_TRACESTATE and _valid_tracestate(state):
         out["tracestate"] = state
     return out
 

@@ -66,22 +66,31 @@ class _Child:
         self._tracer = tracer
 
     def __enter__(self) -> _Child:
-        attributes = _clean(self._attributes) if self._attributes else None
-        self._span = self._tracer.start_span(self._name, context=self._parent, kind=self._kind, attributes=attributes)
-        if self._owner is not None:
-            self._owner._back = trace.set_span_in_context(self._span, Context())
+        try:
+            attributes = _clean(self._attributes) if self._attributes else None
+            self._span = self._tracer.start_span(self._name, context=self._parent, kind=self._kind, attributes=attributes)
+            if self._owner is not None:
+                self._owner._back = trace.set_span_in_context(self._span, Context())
+        except Exception:
+            _failed(self._name)
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        if self._owner is not None:
-            self._owner._back = None
-        if e is not None and isinstance(e, Exception):
-            self._span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
-            self._span.set_attribute("error.type", type(e).__name__)
-        self._span.end()
+        try:
+            if self._owner is not None:
+                self._owner._back = None
+            if e is not None and isinstance(e, Exception):
+                self._span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
+                self._span.set_attribute("error.type", type(e).__name__)
+            self._span.end()
+        except Exception:
+            _failed(self._name)
 
     def set(self, **attributes: _Value) -> None:
-        self._span.set_attributes(_clean(attributes))
+        try:
+            self._span.set_attributes(_clean(attributes))
+        except Exception:
+            _failed(self._name)
 
 
 class _Flush:
@@ -104,11 +113,14 @@ class _Flush:
         owner._flush_ns += end - self._start
         if end - self._start < owner._flush_span_min_ns and e is None:
             return
-        span = owner._tracer.start_span("store.flush", context=owner._ctx, start_time=self._start, attributes={"agent_bridge.events": self._events})
-        if e is not None:
-            span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
-            span.set_attribute("error.type", type(e).__name__)
-        span.end(end_time=end)
+        try:
+            span = owner._tracer.start_span("store.flush", context=owner._ctx, start_time=self._start, attributes={"agent_bridge.events": self._events})
+            if e is not None:
+                span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
+                span.set_attribute("error.type", type(e).__name__)
+            span.end(end_time=end)
+        except Exception:
+            _failed("store.flush")
 
     def set(self, **attributes: _Value) -> None:
         pass
@@ -141,28 +153,43 @@ class OtelTurnTrace(TurnTrace):
     def flush(self, events: int) -> _Flush:
         return _Flush(self, events)
 
+    # Each method is its own boundary (STYLE.md rule 17): a tracing fault is logged and the
+    # turn goes on untouched (`end` runs just before a turn's waiters are woken).
     def note(self, **attributes: _Value) -> None:
-        clean = _clean(attributes)
-        if clean:
-            target = trace.get_current_span(self._back) if self._back is not None else self._span
-            target.set_attributes(clean)
+        try:
+            clean = _clean(attributes)
+            if clean:
+                target = trace.get_current_span(self._back) if self._back is not None else self._span
+                target.set_attributes(clean)
+        except Exception:
+            _failed("note")
 
     def event(self, name: str, **attributes: _Value) -> None:
-        self._span.add_event(name, _clean(attributes) if attributes else None)
+        try:
+            self._span.add_event(name, _clean(attributes) if attributes else None)
+        except Exception:
+            _failed(name)
 
     def carrier(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        _PROPAGATOR.inject(out, context=self._back if self._back is not None else self._ctx)
+        try:
+            _PROPAGATOR.inject(out, context=self._back if self._back is not None else self._ctx)
+        except Exception:
+            _failed("carrier")
+            return {}
         return out
 
     def end(self, stop_reason: str, error_kind: str | None = None, error: str | None = None) -> None:
-        span = self._span
-        # Two attributes, one call: each attribute set costs the SDK ~2 µs.
-        span.set_attributes({"agent_bridge.stop_reason": stop_reason, "agent_bridge.store_flush_s": self._flush_ns / 1e9})
-        if error is not None:
-            span.set_attribute("error.type", error_kind or "error")
-            span.set_status(Status(StatusCode.ERROR, redact(error)[:512]))  # as in a log line: no secret
-        span.end()
+        try:
+            span = self._span
+            # Two attributes, one call: each attribute set costs the SDK ~2 µs.
+            span.set_attributes({"agent_bridge.stop_reason": stop_reason, "agent_bridge.store_flush_s": self._flush_ns / 1e9})
+            if error is not None:
+                span.set_attribute("error.type", error_kind or "error")
+                span.set_status(Status(StatusCode.ERROR, redact(error)[:512]))  # as in a log line: no secret
+            span.end()
+        except Exception:
+            _failed("turn end")
 
     def log_ids(self) -> dict[str, str]:
         return {"trace_id": self.trace_id, "span_id": self.span_id} if self.trace_id else {}
@@ -202,6 +229,10 @@ class OtelTracing:
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+def _failed(what: str) -> None:
+    log.exception("tracing: %s failed; the turn goes on", what)  # our bug (or the SDK's), never the turn's
 
 
 def _remote(carrier: dict[str, str]) -> Context:
