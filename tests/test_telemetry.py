@@ -65,32 +65,37 @@ def _config() -> Any:
     )  # fmt: skip
 
 
+class _Heard:
+    """A subscriber keeping every event, with a wake-up for the first question."""
+
+    def __init__(self) -> None:
+        self.events: list[ev.Event] = []
+        self.asked = trio.Event()
+
+    def deliver(self, event: ev.Event) -> None:
+        self.events.append(event)
+        if isinstance(event, ev.QuestionAsked):
+            self.asked.set()
+
+    def congested(self) -> bool:
+        return False
+
+    async def wait_uncongested(self) -> None:
+        pass
+
+
 async def _run(text: str, *, answer: bool = False, carrier: dict[str, str] | None = None, front: str = "acp") -> ev.TurnEnded:
     manager = SessionManager(_config(), MemoryStore(), make_back)
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
         session = await manager.create("demo", cwd="/w")
-        asked = trio.Event()
-        box: list[ev.QuestionAsked] = []
-
-        class Sub:
-            def deliver(self, event: ev.Event) -> None:
-                if isinstance(event, ev.QuestionAsked):
-                    box.append(event)
-                    asked.set()
-
-            def congested(self) -> bool:
-                return False
-
-            async def wait_uncongested(self) -> None:
-                pass
-
-        session.subscribe(Sub())
+        heard = _Heard()
+        session.subscribe(heard)
         telemetry.incoming(front, carrier)
         turn = session.start_turn([TextContent(text=text)])
         if answer:
-            await asked.wait()
-            question = box[0].question
+            await heard.asked.wait()
+            question = next(e for e in heard.events if isinstance(e, ev.QuestionAsked)).question
             session.answer(question.id, selected=[question.options[0].id])
         ended = await turn.wait()
         nursery.cancel_scope.cancel()
@@ -188,31 +193,20 @@ async def test_the_acp_back_sends_its_call_as_the_agents_parent_in_meta(exporter
     the agent (the official ACP SDK, its own process) reports what it received."""
     config = parse_config({"routes": {"agent": {"back": {"kind": "acp", "command": PY_AGENT}}}, "store": {"flush_interval_s": 0.01}})
     manager = SessionManager(config, MemoryStore(), make_back)
-    said: list[str] = []
-
-    class Sub:
-        def deliver(self, event: ev.Event) -> None:
-            if isinstance(event, ev.MessageChunk) and isinstance(event.content, TextContent):
-                said.append(event.content.text)
-
-        def congested(self) -> bool:
-            return False
-
-        async def wait_uncongested(self) -> None:
-            pass
-
+    heard = _Heard()
     with trio.fail_after(CEILING_S):
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
             session = await manager.create("agent", cwd=str(tmp_path))
-            session.subscribe(Sub())
+            session.subscribe(heard)
             telemetry.incoming("acp", {"traceparent": TRACEPARENT})
             ended = await session.start_turn([TextContent(text="traceparent")]).wait()
             await session.close()
             nursery.cancel_scope.cancel()
     assert ended.stop_reason is ev.StopReason.END_TURN, ended
     (back,) = _by_name(exporter.get_finished_spans(), "back acp")
-    assert f"traceparent=00-{TRACE_ID}-{format(back.context.span_id, '016x')}-01" in "".join(said)
+    said = "".join(e.content.text for e in heard.events if isinstance(e, ev.MessageChunk) and isinstance(e.content, TextContent))
+    assert f"traceparent=00-{TRACE_ID}-{format(back.context.span_id, '016x')}-01" in said
 
 
 async def test_an_mcp_prompt_source_is_sent_the_turn_in_meta(exporter: InMemorySpanExporter, tmp_path: Any) -> None:
@@ -345,8 +339,7 @@ print(json.dumps({"code": code, "otel": sorted(m for m in sys.modules if m.start
 def test_tracing_off_imports_no_opentelemetry_module(tmp_path: Any) -> None:
     """A whole turn through the real CLI (`agent-bridge ask`) with `[telemetry]` absent,
     in a fresh interpreter: not one `opentelemetry` module is loaded."""
-    config = tmp_path / "c.toml"
-    config.write_text('[routes.demo.back]\nkind = "demo"\nchunk_delay_s = 0\n')
+    (config := tmp_path / "c.toml").write_text('[routes.demo.back]\nkind = "demo"\nchunk_delay_s = 0\n')
     proc = subprocess.run(
         [sys.executable, "-c", _OFF_PROBE, str(config), str(tmp_path / "state")], capture_output=True, text=True, timeout=60
     )
@@ -356,12 +349,8 @@ def test_tracing_off_imports_no_opentelemetry_module(tmp_path: Any) -> None:
 
 def test_enabled_without_the_extra_is_a_config_error(tmp_path: Any) -> None:
     """`[telemetry] enabled` where the SDK cannot be imported: exit 78 with what to install."""
-    config = tmp_path / "c.toml"
-    config.write_text('[telemetry]\nenabled = true\n[routes.demo.back]\nkind = "demo"\n')
-    probe = (
-        "import sys; sys.modules['opentelemetry'] = None\n"  # as if the extra were not installed
-        "from bridge.cli import main\nmain(['ask', 'demo', 'hi', '--config', sys.argv[1], '--state-dir', sys.argv[2]])"
-    )
+    (config := tmp_path / "c.toml").write_text('[telemetry]\nenabled = true\n[routes.demo.back]\nkind = "demo"\n')
+    probe = "import sys; sys.modules['opentelemetry'] = None\nfrom bridge.cli import main\nmain(['ask', 'demo', 'hi', '--config', sys.argv[1], '--state-dir', sys.argv[2]])"
     proc = subprocess.run([sys.executable, "-c", probe, str(config), str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
     assert "agent-bridge[otel]" in proc.stderr
