@@ -27,7 +27,14 @@ of A and J (their difference is what authentication costs a request, the token c
 and in this process the median of `Authenticator.verify` for a new token each time
 (signature checked, key cached) and for the same token again. Goal: < 0.1 ms.
 
+With `--tracing`, a second bridge runs beside the first with tracing on (`[telemetry]
+enabled`, the `otel` extra: a span per turn and its children, the SDK's batch processor
+exporting OTLP/HTTP to bench/peers/otlp_sink.py, a local sink in its own process);
+each round measures A, then the traced bridge, back to back (the a2a-sdk server is not
+started). Goal (issue 19): tracing on costs ≤ 10 % of requests/s and events/s.
+
     .venv/bin/python bench/a2a_front.py                  # ~60 s
+    .venv/bin/python bench/a2a_front.py --tracing        # and the cost of tracing
     .venv/bin/python bench/a2a_front.py --rounds 5 --seconds 3 --events 200000
     .venv/bin/python bench/a2a_front.py --issuer         # ~40 s
 """
@@ -42,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -49,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import PEERS, PYTHON, clean_env, median, table  # noqa: E402
 
 GOAL = 2.0
+TRACING_GOAL = 0.10  # at most this share of throughput lost with tracing on
 
 
 def cpu_s(pid: int) -> float:
@@ -63,19 +72,29 @@ class Server:
         self.token: str | None = None  # sent as a bearer token when set (--issuer)
 
 
-async def start_bridge(tmp: Path, extra: str = "", name: str = "A bridge") -> Server:
-    cfg = tmp / "bench.toml"
+async def start_bridge(tmp: Path, extra: str = "", name: str = "A bridge", *, sink: int | None = None) -> Server:
+    """The bridge, its config `extra` added; with `sink` (a port), tracing on and exporting there."""
+    cfg = tmp / ("traced.toml" if sink else "bench.toml")
     cfg.write_text(
-        '[routes.demo]\nback = { kind = "demo", chunk_delay_s = 0.0 }\n'
+        ('[telemetry]\nenabled = true\n' if sink else '')
+        + '[routes.demo]\nback = { kind = "demo", chunk_delay_s = 0.0 }\n'
         '[server]\nlisten = "127.0.0.1:0"\n[daemon]\nacp_socket = false\nmetrics = false\n' + extra
     )
     exe = Path(PYTHON).with_name("agent-bridge")
     cmd = [str(exe)] if exe.exists() else [PYTHON, "-m", "bridge"]
-    cmd += ["serve", "--config", str(cfg), "--state-dir", str(tmp / "state"), "--log-level", "warning"]
-    proc = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    cmd += ["serve", "--config", str(cfg), "--state-dir", str(tmp / ("state-traced" if sink else f"state-{name}")), "--log-level", "warning"]
+    env = clean_env()
+    if sink:
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink}", OTEL_SERVICE_NAME="bench", OTEL_TRACES_SAMPLER="always_on")
+    proc = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     line = await _first_line(proc)
     port = int(line.split()[1].rsplit(":", 1)[1])
-    return Server(name, proc, port, "/a2a/demo")
+    return Server("A' bridge, traced" if sink else name, proc, port, "/a2a/demo")
+
+
+async def start_sink() -> tuple[trio.Process, int]:
+    proc = await trio.lowlevel.open_process([PYTHON, str(PEERS / "otlp_sink.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    return proc, int((await _first_line(proc)).split()[1])
 
 
 async def start_sdk() -> Server:
@@ -193,21 +212,36 @@ async def main() -> None:
     ap.add_argument("--events", type=int, default=100_000, help="N of bench:N for the bridge")
     ap.add_argument("--sdk-events", type=int, default=3_000, help="N of bench:N for the a2a-sdk server")
     ap.add_argument("--issuer", action="store_true", help="measure inbound JWT authentication instead (issue 20)")
+    ap.add_argument("--tracing", action="store_true", help="also a bridge with tracing on, exporting to a local OTLP sink")
     args = ap.parse_args()
     if args.issuer:
         await issuer_bench(args)
         return
 
     with tempfile.TemporaryDirectory(prefix="a2a-front-bench-") as tmp:
-        bridge, sdk = await start_bridge(Path(tmp)), await start_sdk()
+        bridge = await start_bridge(Path(tmp))
+        sdk = None if args.tracing else await start_sdk()
+        sink, traced = (None, None)
+        if args.tracing:
+            sink, port = await start_sink()
+            traced = await start_bridge(Path(tmp), sink=port)
+        servers = [s for s in (bridge, traced, sdk) if s is not None]
         try:
-            for server in (bridge, sdk):  # warm-up: imports, first sessions, JIT-less caches
+            for server in servers:  # warm-up: imports, first sessions, JIT-less caches
                 await requests_per_s(server, SEND, b"COMPLETED", args.conns, 0.5)
                 await sse_events_per_s(server, 500)
-            rps: dict[str, list[tuple[float, float]]] = {"A": [], "B": [], "floor": []}
-            sse: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+            rps: dict[str, list[tuple[float, float]]] = {"A": [], "T": [], "B": [], "floor": []}
+            sse: dict[str, list[tuple[float, float]]] = {"A": [], "T": [], "B": []}
             for r in range(args.rounds):
                 rps["A"].append(await requests_per_s(bridge, SEND, b"COMPLETED", args.conns, args.seconds))
+                if traced is not None:  # back to back with A, so both see the same machine
+                    rps["T"].append(await requests_per_s(traced, SEND, b"COMPLETED", args.conns, args.seconds))
+                    sse["A"].append(await sse_events_per_s(bridge, args.events))
+                    sse["T"].append(await sse_events_per_s(traced, args.events))
+                    print(f"round {r + 1}: tracing off/on SendMessage {rps['A'][-1][0]:.0f}/{rps['T'][-1][0]:.0f} req/s; "
+                          f"SSE {sse['A'][-1][0]:.0f}/{sse['T'][-1][0]:.0f} events/s", flush=True)  # fmt: skip
+                    continue
+                assert sdk is not None
                 rps["B"].append(await requests_per_s(sdk, SEND, b"COMPLETED", args.conns, args.seconds))
                 sse["A"].append(await sse_events_per_s(bridge, args.events))
                 sse["B"].append(await sse_events_per_s(sdk, args.sdk_events))
@@ -216,15 +250,19 @@ async def main() -> None:
                 print(f"round {r + 1}: SendMessage {rps['A'][-1][0]:.0f} vs {rps['B'][-1][0]:.0f} req/s; "
                       f"SSE {sse['A'][-1][0]:.0f} vs {sse['B'][-1][0]:.0f} events/s", flush=True)  # fmt: skip
         finally:
-            for server in (bridge, sdk):
-                server.proc.terminate()
+            for proc in [s.proc for s in servers] + ([sink] if sink is not None else []):
+                proc.terminate()
                 with trio.move_on_after(5):
-                    await server.proc.wait()
-                if server.proc.returncode is None:
-                    server.proc.kill()
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
 
     def m(xs: list[tuple[float, float]], i: int) -> float:
         return median([x[i] for x in xs])
+
+    if args.tracing:
+        _tracing_report(rps, sse, m)
+        return
 
     rows = [
         ["SendMessage req/s", f"{m(rps['A'], 0):.0f}", f"{m(rps['B'], 0):.0f}", f"{m(rps['A'], 0) / m(rps['B'], 0):.2f}"],
@@ -293,6 +331,23 @@ async def issuer_bench(args: argparse.Namespace) -> None:
     print(f"\nverify, median: a new RS256 token (key cached) {f_ms:.3f} ms; the same token again {a_ms:.4f} ms")
     print(f"RATIO req/s J/A {j_rps / a_rps:.2f}x; load average {os.getloadavg()[0]:.1f}")
     print(f"VERDICT: {'PASS' if f_ms < 0.1 else 'FAIL'} (a new token's check < 0.1 ms at the median)")
+
+
+def _tracing_report(rps: dict[str, list[tuple[float, float]]], sse: dict[str, list[tuple[float, float]]], m: Any) -> None:
+    rows = [
+        ["SendMessage req/s", f"{m(rps['A'], 0):.0f}", f"{m(rps['T'], 0):.0f}", f"{m(rps['T'], 0) / m(rps['A'], 0):.3f}"],
+        ["  server CPU ms/request", f"{m(rps['A'], 1):.3f}", f"{m(rps['T'], 1):.3f}", ""],
+        ["SSE events/s", f"{m(sse['A'], 0):.0f}", f"{m(sse['T'], 0):.0f}", f"{m(sse['T'], 0) / m(sse['A'], 0):.3f}"],
+        ["  server CPU µs/event", f"{m(sse['A'], 1):.2f}", f"{m(sse['T'], 1):.2f}", ""],
+    ]
+    print()
+    print(table(["", "A tracing off", "A' tracing on", "on/off"], rows))
+    per_round = [on[0] / off[0] for off, on in zip(rps["A"], rps["T"], strict=True)]
+    print(f"\nper-round req/s on/off: {', '.join(f'{x:.3f}' for x in per_round)}; load average {os.getloadavg()[0]:.1f}")
+    lost_rps = 1 - m(rps["T"], 0) / m(rps["A"], 0)
+    lost_sse = 1 - m(sse["T"], 0) / m(sse["A"], 0)
+    ok = lost_rps <= TRACING_GOAL and lost_sse <= TRACING_GOAL
+    print(f"TRACING COST SendMessage {lost_rps:+.1%}, SSE {lost_sse:+.1%} (goal <= {TRACING_GOAL:.0%}): {'PASS' if ok else 'FAIL'}")
 
 
 if __name__ == "__main__":

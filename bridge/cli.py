@@ -38,6 +38,17 @@ def _setup_logging(level: str, fmt: str | None = None) -> None:
     setup(level, fmt or "text")
 
 
+def _setup_tracing(config: Any) -> None:
+    """`[telemetry]` (bridge/telemetry): on only when enabled; a missing extra is a config error."""
+    from bridge import telemetry
+
+    try:
+        telemetry.setup(config.telemetry)
+    except ImportError as exc:
+        click.echo(f"config error: {exc}", err=True)
+        sys.exit(EX_CONFIG)
+
+
 def _load(config_path: str | None, *, listen: str | None = None) -> Any:
     from bridge.config import load_config
     from bridge.config_check import describe
@@ -131,6 +142,7 @@ def acp(
 
     config = _load(config_path)
     _setup_logging(log_level or config.log_level, log_format)
+    _setup_tracing(config)
     name = _pick_route(config, route)
     # Only protocol may reach stdout: keep our own copy of it, and point fd 1 (and
     # so any stray print) at stderr.
@@ -179,6 +191,7 @@ def mcp(config_path: str | None, state_dir: str | None, log_level: str | None, l
 
     config = _load(config_path)
     _setup_logging(log_level or config.log_level, log_format)
+    _setup_tracing(config)
     # Only protocol may reach stdout (as for `acp`).
     stdout_fd = os.dup(1)
     stdin_fd = os.dup(0)
@@ -236,6 +249,7 @@ def serve(
 
         options = {"--config": path, "--state-dir": state_dir, "--log-level": log_level, "--log-format": log_format, "--listen": listen}
         sys.exit(run_workers(config, options, workers))
+    _setup_tracing(config)  # in each worker, not in the supervisor of `--workers N`
     index = worker_index()
     if index is not None:
         set_log_ids(worker=str(index))  # trio.run copies this context into every task
@@ -352,6 +366,7 @@ def ask(
 
     config = _load(config_path)
     _setup_logging(log_level or "warning", log_format)
+    _setup_tracing(config)
     policy = "reject" if answer == "deny" else answer
     flags = AnswerFlags(policy=policy, options=answer_options, text=answer_text)  # type: ignore[arg-type]
     request = AskRequest(route=route, prompt=prompt, flags=flags, json=as_json, session_id=session_id)

@@ -28,6 +28,7 @@ from bridge.config_check import problem_of, problems_in, with_route_hint
 from bridge.core.access import RouteAccess
 from bridge.errors import ConfigError, ConfigProblem
 from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
+from bridge.telemetry.config import TelemetryConfig
 from bridge.transport.config import OAuthConfig
 
 __all__ = [
@@ -380,6 +381,7 @@ class Config(ConfigStruct):
     daemon: DaemonConfig = DaemonConfig()
     cluster: ClusterConfig = ClusterConfig()
     auth: AuthConfig = AuthConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()  # tracing (bridge/telemetry)
     # Shared by every route: prompt templates and MCP prompt sources (bridge/prompts).
     prompts: dict[str, PromptTemplate] = {}
     prompt_sources: list[PromptSource] = []
@@ -403,6 +405,7 @@ _SECTIONS: dict[str, Any] = {
     "server": ServerConfig,
     "store": StoreConfig,
     "auth": AuthConfig,
+    "telemetry": TelemetryConfig,
 }
 # Filled by parse_config: a key written here in TOML is an unknown key.
 _DERIVED_CONFIG_KEY = "front_sections"

@@ -9,7 +9,8 @@ bridge/daemon.py: alive is alive).
   `[daemon] probe_interval_s`), and each MCP prompt source as the daemon's connection
   to it is now. An unreachable back or source does not make the daemon unready: the
   other routes still serve.
-- `GET /metrics`: Prometheus text format (bridge/metrics.py).
+- `GET /metrics`: Prometheus text format, or OpenMetrics (with exemplars) when `Accept`
+  asks for it (bridge/metrics.py).
 
 Who sees what (issue 13, finding 11): the details of /readyz name routes, back URLs,
 agent command paths and prompt sources, so anyone gets only `{"status": "ready"}` or
@@ -86,13 +87,16 @@ def register(
 
         app.add("GET", "/readyz", readyz, public=True)  # details: the operators' token
     if metrics is not None:
-        from bridge.metrics import CONTENT_TYPE
+        from bridge.metrics import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, wants_openmetrics
 
         async def metrics_page(scope: Any, receive: Any, send: Any, params: dict[str, str]) -> None:
             if metrics_need_token and not admin.check(scope):
                 await send_json(send, 401, {"detail": "/metrics needs the admin token ([server] metrics_need_token)"}, headers=_CHALLENGE)
                 return
-            await send_bytes(send, 200, metrics.render(), content_type=CONTENT_TYPE)
+            # Exemplars (trace ids) exist only in OpenMetrics: served when the scraper asks for it.
+            om = wants_openmetrics(header(scope, "accept") or "")
+            page = metrics.render(openmetrics_format=om)
+            await send_bytes(send, 200, page, content_type=OPENMETRICS_CONTENT_TYPE if om else CONTENT_TYPE)
 
         app.add("GET", "/metrics", metrics_page, public=True)  # metrics_need_token: the operators' token
 

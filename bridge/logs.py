@@ -4,13 +4,15 @@ Every record may carry the worker of `serve --workers N` that wrote it, and the
 session, route and turn it is about: explicitly with
 `extra={"session": ..., "route": ..., "turn": ...}`, or from `log_ids`, a context
 variable that the session sets in each turn's task (trio copies the context into
-every task started from there, so a back's own log lines carry the ids too).
+every task started from there, so a back's own log lines carry the ids too). With
+tracing on (bridge/telemetry), a turn's lines also carry its `trace_id` and `span_id`
+(the turn's span), so a log line leads to its trace.
 
-`--log-format text` (default): `TIME LEVEL logger [worker= route= session= turn=] message`.
+`--log-format text` (default): `TIME LEVEL logger [worker= route= session= turn= trace_id= span_id=] message`.
 Under systemd (`$JOURNAL_STREAM` names our stderr) the time is left to journald and
 each line starts with its syslog priority `<N>`, which journald turns into the
 entry's PRIORITY (sd-daemon(3)). `--log-format json`: one object per line, keys
-`ts level logger msg` plus `worker route session turn` when known and `exc` for a traceback.
+`ts level logger msg` plus `worker route session turn trace_id span_id` when known and `exc` for a traceback.
 
 Redaction (STYLE.md rule 21): every value registered with `add_secret` (tokens read
 from the environment, files and systemd credentials) and anything that looks like a
@@ -33,7 +35,7 @@ from typing import Any
 __all__ = ["REDACTED", "add_secret", "log_ids", "redact", "set_log_ids", "setup"]
 
 REDACTED = "***"
-_IDS = ("worker", "route", "session", "turn")
+_IDS = ("worker", "route", "session", "turn", "trace_id", "span_id")
 
 # The ids of what the current task is working on (see the module docstring).
 log_ids: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("agent_bridge_log_ids", default=None)

@@ -28,6 +28,12 @@ Counted where it is cheap, never per event on the relay path:
 | agent_bridge_cluster_forward_failures_total | (forwarded commands the owner did not answer: OwnerGone) |
 
 plus prometheus-client's `process_*` and `python_*` collectors.
+
+With tracing on (bridge/telemetry), each sample of the two turn histograms carries the
+turn's `trace_id` and `span_id` as an exemplar. prometheus-client writes exemplars only
+in the OpenMetrics exposition, so `/metrics` answers in OpenMetrics when the scraper's
+`Accept` asks for `application/openmetrics-text` (Prometheus does, with exemplar storage
+on) and in the classic text format otherwise.
 """
 
 from __future__ import annotations
@@ -38,15 +44,17 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from bridge.registry import FrontKind
 
-__all__ = ["CONTENT_TYPE", "Metrics", "child_processes"]
+__all__ = ["CONTENT_TYPE", "OPENMETRICS_CONTENT_TYPE", "Metrics", "child_processes", "wants_openmetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+OPENMETRICS_CONTENT_TYPE = openmetrics.CONTENT_TYPE_LATEST
 _P = "agent_bridge_"
 _TURN_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _FIRST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -137,11 +145,13 @@ class Metrics:
     def session_opened(self, route: str) -> None:
         self.sessions.labels(route).inc()
 
-    def turn_ended(self, route: str, outcome: str, seconds: float, first_event_s: float | None) -> None:
+    def turn_ended(
+        self, route: str, outcome: str, seconds: float, first_event_s: float | None, *, trace: dict[str, str] | None = None
+    ) -> None:
         self.turns.labels(route, outcome).inc()
-        self.turn_seconds.labels(route).observe(seconds)
+        self.turn_seconds.labels(route).observe(seconds, trace)
         if first_event_s is not None:
-            self.first_event.labels(route).observe(first_event_s)
+            self.first_event.labels(route).observe(first_event_s, trace)
 
     def back_failed(self, route: str, kind: str) -> None:
         self.back_errors.labels(route, kind).inc()
@@ -165,5 +175,13 @@ class Metrics:
     def reloaded(self, ok: bool) -> None:
         self.reloads.labels("ok" if ok else "failed").inc()
 
-    def render(self) -> bytes:
+    def render(self, *, openmetrics_format: bool = False) -> bytes:
+        """The page; in OpenMetrics (with exemplars) when asked (`wants_openmetrics`)."""
+        if openmetrics_format:
+            return openmetrics.generate_latest(self.registry)
         return generate_latest(self.registry)
+
+
+def wants_openmetrics(accept: str) -> bool:
+    """Whether an `Accept` header asks for OpenMetrics (OpenMetrics 1.0, "Content Negotiation")."""
+    return "application/openmetrics-text" in accept.lower()

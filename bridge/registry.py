@@ -47,8 +47,8 @@ _BUILTIN_PACKAGES: tuple[str, ...] = ("bridge.backs", "bridge.fronts")
 # `Config`), and a route's own keys (of `Route`): a front's key may be none of them
 # (`[KEY]` and `[routes.NAME.KEY]`). tests/test_registry.py keeps them in step.
 _RESERVED_SECTIONS = frozenset(
-    {"routes", "default_route", "server", "store", "daemon", "cluster", "prompts", "prompt_sources", "log_level", "plugins", "front_sections",
-     "limits", "auth"}
+    {"routes", "default_route", "server", "store", "daemon", "cluster", "telemetry", "prompts", "prompt_sources", "log_level", "plugins",
+     "front_sections", "limits", "auth"}
 )
 _RESERVED_ROUTE_KEYS = frozenset(
     {

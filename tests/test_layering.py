@@ -77,7 +77,9 @@ APP_MODULES = frozenset(
 # bridge/config.py's helpers: the walk for every problem, the line scanner, the
 # environment overrides, the JSON Schema.
 CONFIG_MODULES = frozenset({"config_check", "config_env", "config_lines", "config_schema"})
-PACKAGE_LAYERS = frozenset({"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts"})
+PACKAGE_LAYERS = frozenset(
+    {"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts", "telemetry"}
+)
 
 _BELOW_BACKS = frozenset({"prompts", "transport", "store", "codecs", "schema", "core", "config", "registry"})
 _BELOW_SESSION = _BELOW_BACKS | {"backs", "cluster"}
@@ -107,10 +109,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "main": frozenset({"cli"}),
     "errors": frozenset(),
     "logs": frozenset(),
+    # Tracing: the standard library at import; the OpenTelemetry SDK only when turned on.
+    "telemetry": frozenset(),
     "bridge": frozenset(),  # the package itself: `__version__` and nothing else
 }
-# The error hierarchy, logging and the version belong to every layer.
-EVERYONE_MAY_IMPORT = frozenset({"errors", "logs", "bridge"})
+# The error hierarchy, logging, tracing and the version belong to every layer.
+EVERYONE_MAY_IMPORT = frozenset({"errors", "logs", "telemetry", "bridge"})
 
 
 class Import(NamedTuple):

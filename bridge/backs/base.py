@@ -20,6 +20,7 @@ import trio
 from bridge.core.content import ContentBlock
 from bridge.core.identity import Identity
 from bridge.core.events import CommandInfo, ConfigOption, Event, Question, QuestionAnswered, StopReason
+from bridge.telemetry import TurnTrace
 
 __all__ = ["AgentInfo", "Back", "BackSession", "ClientServices", "SessionContext", "SessionHost", "TaskSpawner", "TurnHandle"]
 
@@ -97,6 +98,9 @@ class TurnHandle(Protocol):
     message_meta: dict[str, Any] | None
     # Who asked for the turn (ANONYMOUS when no front said).
     identity: Identity
+    # Its span (bridge/telemetry): `trace.carrier()` is the W3C trace context a back
+    # sends with the turn (`traceparent`, `tracestate`), empty when tracing is off.
+    trace: TurnTrace
 
     @property
     def cancel_requested(self) -> bool: ...

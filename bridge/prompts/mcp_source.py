@@ -359,12 +359,13 @@ class McpSource:
             raise PromptError(f"prompt source {self.name} is not connected ({self.why})")
         return self._client
 
-    async def get(self, name: str, arguments: dict[str, str]) -> types.GetPromptResult:
-        """`prompts/get`; PromptError with the server's message when it refuses."""
+    async def get(self, name: str, arguments: dict[str, str], *, meta: dict[str, str] | None = None) -> types.GetPromptResult:
+        """`prompts/get`; PromptError with the server's message when it refuses. `meta`:
+        the turn's `traceparent` / `tracestate` (MCP SEP-414: W3C Trace Context in `_meta`)."""
         client = self._connected()
         try:
             with trio.fail_after(self.cfg.request_timeout_s):
-                return await client.get_prompt(name, arguments)
+                return await client.get_prompt(name, arguments, meta=meta)  # type: ignore[arg-type]
         except trio.TooSlowError as exc:
             raise PromptError(f"prompt source {self.name} did not answer within {self.cfg.request_timeout_s:g} s") from exc
         except _FOREIGN as exc:

@@ -77,6 +77,8 @@ class Invocation(msgspec.Struct, kw_only=True):
     line: str  # the rest of the first line (parsed again once `command` is known)
     after: str  # the lines after the first
     others: list[ContentBlock]  # the prompt's other blocks (attachments)
+    # The turn's W3C trace context, sent as `_meta` with `prompts/get` (MCP SEP-414).
+    trace: dict[str, str] = {}
 
 
 class PromptRegistry:
@@ -307,11 +309,13 @@ class PromptRegistry:
                 invocation.arguments = parse_arguments(invocation.line, command.spec, _usage(command))
             except InvalidParams as exc:
                 raise PromptError(exc.message, data=exc.data) from exc
-        messages = await self._messages(command, invocation.arguments)
+        messages = await self._messages(command, invocation.arguments, invocation.trace)
         log.info("prompt /%s expanded (%d messages)", command.name, len(messages))
         return splice(command.name, messages, invocation.after, invocation.others)
 
-    async def _messages(self, command: Command, arguments: dict[str, str]) -> list[tuple[Role, ContentBlock]]:
+    async def _messages(
+        self, command: Command, arguments: dict[str, str], trace: dict[str, str] | None = None
+    ) -> list[tuple[Role, ContentBlock]]:
         provider = command.provider
         if provider.templates is not None:
             return render_template(self._template(provider.templates, command.spec.name), arguments)
@@ -320,7 +324,7 @@ class PromptRegistry:
             raise PromptError(f"prompt source {provider.source} is not running")
         from bridge.prompts.mcp_source import to_messages
 
-        result = await source.get(command.spec.name, arguments)
+        result = await source.get(command.spec.name, arguments, meta=trace or None)
         try:
             return to_messages(result)
         except msgspec.ValidationError as exc:

@@ -126,6 +126,10 @@ class SendMessage(_Chat, kw_only=True):
     output_schema: dict[str, Any] | None = None
     mode: str | None = None
     model: str | None = None
+    # W3C Trace Context (§3.2, §3.3) of the client's span, as the HTTP headers would carry it
+    # (our extension: Blade's chat:send has no place for it); read by bridge/telemetry.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 # The decoder of each client event's `data` (unknown event → "unknown_event").

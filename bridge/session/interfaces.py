@@ -70,7 +70,11 @@ class TurnObserver(Protocol):
 
     def session_opened(self, route: str) -> None: ...
 
-    def turn_ended(self, route: str, outcome: str, seconds: float, first_event_s: float | None) -> None: ...
+    def turn_ended(
+        self, route: str, outcome: str, seconds: float, first_event_s: float | None, *, trace: dict[str, str] | None = None
+    ) -> None:
+        """`trace`: the turn's trace ids, an exemplar for the histograms (bridge/telemetry `exemplar`)."""
+
 
     def back_failed(self, route: str, kind: str) -> None: ...
 

@@ -30,6 +30,7 @@ from bridge.core.events import Event, encode_events
 from bridge.session.interfaces import TurnObserver
 from bridge.session.state import FrontState, encode_front_state, load_front_state
 from bridge.store import SessionRecord, Store, StoredBatch, TaskRecord, TurnRecord
+from bridge.telemetry import OFF
 
 __all__ = ["FLUSH_AT_EVENTS", "MAX_PENDING_EVENTS", "Flusher", "Journal"]
 
@@ -157,8 +158,10 @@ class Journal:
                 self.record.updated_at = time.time()
                 self.record.last_seq = batch[-1].seq
                 stored = StoredBatch(first_seq=batch[0].seq, last_seq=batch[-1].seq, blob=blob)
+            turn = getattr(self, "turn", None)  # the running turn's flush is part of its trace (its end's too)
+            trace = turn.trace if turn is not None and turn.ended is None else OFF
             try:
-                with trio.CancelScope(shield=True):
+                with trio.CancelScope(shield=True), trace.flush(len(batch)):
                     await self.manager.store.save(self.record, turns=turns, batch=stored, tasks=tasks, states=states)
             except BaseException:
                 self._unstore(batch, turns, tasks, states)

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import trio
 
+from bridge import telemetry
 from bridge.backs.base import Back, BackSession, ClientServices, SessionContext
 from bridge.config import Route
 from bridge.core.content import ContentBlock, title_of
@@ -364,6 +365,7 @@ class Session(Commands, TurnRunner, Journal):
         invocation = self.manager.prompts.resolve(self.record.route, content, back_commands)  # InvalidParams: no turn
         turn = Turn(self, turn_id or new_id(), content, message_id=message_id, message_meta=meta)
         turn.invocation = invocation
+        turn.trace = telemetry.start_turn(route=self.record.route, session=self.id, turn=turn.turn_id, back=self.route.back)
         self.turn = turn
         self.last_used = trio.current_time()
         if self.record.title is None:

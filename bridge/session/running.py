@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import trio
 
+from bridge import telemetry
 from bridge.backs.base import BackSession
 from bridge.config import Route
 from bridge.core.events import Event, QuestionAnswered, StopReason, TurnEnded, TurnError
@@ -71,7 +72,7 @@ class TurnRunner:
             await self._end_turn(turn, StopReason.FAILED, error)
 
     async def _run_turn(self, turn: Turn) -> None:
-        set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id)
+        set_log_ids(route=self.record.route, session=self.id, turn=turn.turn_id, **turn.trace.log_ids())
         log.info("turn started")
         stop, error = StopReason.END_TURN, None
         limit = self.route.turn_timeout_s
@@ -105,9 +106,14 @@ class TurnRunner:
         try:
             if turn.invocation is not None:
                 # The back gets the prompt's messages; the log keeps what the user typed.
-                turn.prompt = await self.manager.prompts.expand(turn.invocation)
+                with turn.trace.child("prompt.expand", prompt=turn.invocation.name):
+                    turn.invocation.trace = turn.trace.carrier()
+                    turn.prompt = await self.manager.prompts.expand(turn.invocation)
             back = await self._ensure_back()
-            return await back.prompt(turn), None
+            with turn.trace.back():
+                stop = await back.prompt(turn)
+                turn.trace.note(back_ref=self.record.back_ref)
+            return stop, None
         except BackError as exc:
             log.warning("session %s turn %s: back failed: %s", self.id, turn.turn_id, exc.message)
             return StopReason.FAILED, TurnError(message=exc.message, kind=type(exc).__name__)
@@ -133,6 +139,7 @@ class TurnRunner:
         self.record.last_stop = stop.value
         with trio.CancelScope(shield=True):
             await self.flush_or_close()  # a store failure must not leave the turn's waiters hanging
+        turn.trace.end(stop.value, error.kind if error else None, error.message if error else None)
         turn.ended = ended
         turn._done.set()
         self._changed()
@@ -151,7 +158,7 @@ class TurnRunner:
                     "turn": turn.turn_id, "outcome": stop.value, "error": error.kind if error else None}  # fmt: skip
             audit.info("audit %s", _audit_json.encode(line).decode())
         if self.manager.observer is not None:
-            self.manager.observer.turn_ended(self.record.route, stop.value, seconds, first)
+            self.manager.observer.turn_ended(self.record.route, stop.value, seconds, first, trace=telemetry.exemplar(turn.trace))
 
     def cancel(self) -> bool:
         """Ask the running turn to stop; it ends `cancelled` within `cancel_grace_s`.

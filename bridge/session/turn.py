@@ -36,6 +36,7 @@ from bridge.core.turn import TurnInput, TurnMachine, TurnState
 from bridge.errors import InvalidParams
 from bridge.prompts.registry import Invocation
 from bridge.store import SessionRecord, TurnRecord
+from bridge.telemetry import OFF, TurnTrace
 
 __all__ = ["Turn", "TurnHost", "check_answer", "new_id", "rejection"]
 
@@ -101,6 +102,8 @@ class Turn:
         self.record: TurnRecord | None = None
         self.first_event_at: float | None = None  # the back's first event (a metric)
         self.invocation: Invocation | None = None  # a `/prompt args` to expand before the back runs
+        # Its span (bridge/telemetry), carried with the turn across the tasks it runs in.
+        self.trace: TurnTrace = OFF
         # The idle deadline (`SessionManager._watch_idle_turns`): events counted, not timed, so the per-event
         # cost is one increment (moving a live CancelScope's deadline costs ~2 us).
         self.events = 0
@@ -124,6 +127,7 @@ class Turn:
         self.events += 1
         if self.first_event_at is None:
             self.first_event_at = time.monotonic()
+            self.trace.event("first_chunk")
         if type(event) is CommandsAvailable:
             event.commands = self.session._with_prompts(event.commands)
         self.session._emit(event)
@@ -143,16 +147,20 @@ class Turn:
         self.emit(QuestionAsked(question=question, parent_tool_call_id=parent_tool_call_id))
         self.session._changed()
         self.asking += 1
-        try:
-            with trio.move_on_after(self.session.route.question_timeout_s):
-                await slot[1].wait()
-        finally:
-            self.asking -= 1
-            self.events += 1  # the idle time starts again from the answer
-        if not slot[2]:
-            # No answer in time means reject, never allow (DESIGN.md, complaint 9).
-            self._resolve(question.id, rejection(question, by="timeout"))
-        return slot[2][0]
+        with self.trace.child("question.wait", question_id=question.id, question_kind=question.kind) as span:
+            waited = time.monotonic()
+            try:
+                with trio.move_on_after(self.session.route.question_timeout_s):
+                    await slot[1].wait()
+            finally:
+                self.asking -= 1
+                self.events += 1  # the idle time starts again from the answer
+            if not slot[2]:
+                # No answer in time means reject, never allow (DESIGN.md, complaint 9).
+                self._resolve(question.id, rejection(question, by="timeout"))
+            answer = slot[2][0]
+            span.set(waited_s=round(time.monotonic() - waited, 6), answered_by=answer.by, cancelled=answer.cancelled)
+        return answer
 
     # -- session side -------------------------------------------------------------
     @property

@@ -5,8 +5,9 @@
 It binds 127.0.0.1 on a port the OS picks, prints `PORT <n>` on stdout, and serves:
 the agent card at /.well-known/agent-card.json, JSON-RPC at /, HTTP+JSON under /rest
 (0.3 under /rest/v1), with the 0.3 compatibility adapters when the mode includes 0.3.
-`GET /_test/log` returns every request it received (method, path, a few headers,
-JSON body) so tests can check what reached the agent.
+`GET /_test/log` returns every request it received (method, path, a few headers, the
+W3C `traceparent` and `tracestate` among them, JSON body) so tests can check what
+reached the agent.
 
 The first word of the user's message picks a behaviour (the rest is the argument):
 
@@ -240,7 +241,8 @@ class Gate:
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = body.decode(errors="replace")
-        keep = ("a2a-version", "authorization", "content-type", "accept", "if-none-match", "x-team", "x-api-key", "x-forwarded-user")
+        keep = ("a2a-version", "authorization", "content-type", "accept", "if-none-match", "x-team", "x-api-key", "x-forwarded-user",
+                "traceparent", "tracestate")
         self.log.append(
             {"method": scope["method"], "path": path, "query": scope["query_string"].decode(), "headers": {k: v for k, v in headers.items() if k in keep}, "body": parsed}
         )

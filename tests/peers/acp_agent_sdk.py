@@ -12,6 +12,7 @@ run in order, say what it does; some misbehave on purpose:
                 a diff); then the text "permission=<optionId|cancelled>"
     askfresh    the same about a tool call it never announced ("t3", execute)
     progress    a thought chunk marked `_meta.agentBridge.progress` ("Working on it.")
+    traceparent says "traceparent=<the session/prompt's _meta.traceparent>" (W3C trace context)
     data        a message chunk holding JSON as an embedded `data:application/json`
                 resource (DATA of tests/matrix/kinds.py)
     slow        a chunk every 50 ms for up to 30 s; honours session/cancel
@@ -219,6 +220,7 @@ class ScriptAgent:
 
     async def prompt(self, session_id: str, prompt: list[Any], **kw: Any) -> Any:
         sid = session_id
+        self.meta = kw  # the SDK spreads the request's `_meta` into the call's keywords
         words = " ".join(getattr(b, "text", "") for b in prompt).split()
         cancel = self.cancelled[sid] = asyncio.Event()
         for word in words:
@@ -257,6 +259,8 @@ class ScriptAgent:
             await self.say(sid, f"permission={chosen}")
             if chosen == "cancelled":
                 return PromptResponse(stop_reason="cancelled")
+        elif name == "traceparent":
+            await self.say(sid, f"traceparent={getattr(self, 'meta', {}).get('traceparent')}")
         elif name == "progress":
             update = update_agent_thought_text("Working on it.")
             update.field_meta = {"agentBridge": {"progress": True}}

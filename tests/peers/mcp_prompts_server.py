@@ -17,7 +17,8 @@ an argument's `values` that start with what was typed. stdio by default; `--http
 PORT` serves Streamable HTTP on 127.0.0.1:PORT/mcp instead (0: any, printed on
 stderr as `LISTENING <port>`); with $PROMPTS_TOKEN set, HTTP requests need
 `Authorization: Bearer $PROMPTS_TOKEN` (401 otherwise); with $PROMPTS_INTROSPECT set
-(an RFC 7662 endpoint), a bearer token that endpoint says is active.
+(an RFC 7662 endpoint), a bearer token that endpoint says is active. A prompt's text may
+name `{_meta.traceparent}`: the `_meta.traceparent` of the `prompts/get` request.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def main() -> None:
         text = p.get("text", "")
         for k, v in args.items():
             text = text.replace("{" + k + "}", v)
+        # What the bridge sent as W3C trace context in `_meta` (MCP SEP-414), for the tracing tests.
+        text = text.replace("{_meta.traceparent}", str((ctx.meta or {}).get("traceparent")))
         messages = [types.PromptMessage(role="user", content=types.TextContent(text=text))]
         if p.get("assistant"):
             messages.append(types.PromptMessage(role="assistant", content=types.TextContent(text=p["assistant"])))

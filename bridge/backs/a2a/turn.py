@@ -210,6 +210,7 @@ class A2ASession:
         while True:
             await self._exchange(run, view, wire, message)
             tracker = run.tracker
+            turn.trace.note(remote_task=tracker.task_id, remote_context=tracker.context_id)
             if tracker.context_id and tracker.context_id != self.context_id:
                 self.context_id = tracker.context_id
                 turn.set_back_ref(tracker.context_id)
@@ -268,6 +269,7 @@ class A2ASession:
         http, cfg = self.http, self.http.cfg
         if view.streaming:
             call = wire.send(message, stream=True)
+            call = call._replace(headers={**call.headers, **run.turn.trace.carrier()})  # W3C traceparent
             try:
                 with trio.CancelScope() as run.read_scope:
                     if await stream_events(
@@ -284,6 +286,7 @@ class A2ASession:
             await self._resume(run, view, wire, reason)
             return
         call = wire.send(message, stream=False, return_immediately=cfg.return_immediately)
+        call = call._replace(headers={**call.headers, **run.turn.trace.carrier()})
         with trio.CancelScope() as run.read_scope:
             timeout = cfg.first_event_timeout_s if cfg.return_immediately else cfg.idle_timeout_s
             result = wire.decode_send(await http.request(call, timeout_s=timeout))

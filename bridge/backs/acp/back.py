@@ -191,7 +191,9 @@ class AcpSession:
             self.turn = None  # anything after the response belongs to no turn
 
         try:
-            reply = await proc.call("session/prompt", acp.PromptParams(session_id=sid, prompt=wire_blocks(turn.prompt)), on_settle=settled)
+            # `_meta.traceparent` (ACP extensibility, "The _meta field"): the agent's work joins the turn's trace.
+            params = acp.PromptParams(session_id=sid, prompt=wire_blocks(turn.prompt), meta=turn.trace.carrier() or None)
+            reply = await proc.call("session/prompt", params, on_settle=settled)
         except BackUnavailable:
             raise BackError(f"route {self.back.name}: the agent {proc.dead or 'stopped'} during the turn") from None
         finally:

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 import trio
+from msgspec.structs import replace
 
 from bridge.backs.base import SessionContext, TurnHandle
 from bridge.backs.chat.server import ChatServer, run_options
@@ -84,7 +85,7 @@ class ChatSession:
                 headless=headless,
                 output_schema=schema,
             )
-            first = Outgoing("chat:send", payload)
+            first = Outgoing("chat:send", replace(payload, **turn.trace.carrier()))  # W3C traceparent, tracestate
         send, receive = trio.open_memory_channel[Any](self.server.cfg.queue_max_frames)
         outcome: ev.StopReason | BackError | None = None
         async with trio.open_nursery() as nursery:

@@ -39,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from bridge import telemetry
 from bridge.codecs import a2a_server as wire
 from bridge.codecs.a2a_card import CardSpec, publish_card, skills_for
 from bridge.codecs.a2a_server_rest import REST_ROUTES, rest_request
@@ -238,6 +239,7 @@ class A2AFront:
         try:
             route = self._route(name)
             self._auth(name, route, scope)
+            telemetry.incoming("a2a", scope=scope)  # W3C traceparent: its turn joins the client's trace
             body = await self._body(receive)
             try:
                 self._content_type(scope)
@@ -284,6 +286,7 @@ class A2AFront:
         try:
             route = self._route(name)
             self._auth(name, route, scope)
+            telemetry.incoming("a2a", scope=scope)
             body = await self._body(receive)
             try:
                 self._content_type(scope)

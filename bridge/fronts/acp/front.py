@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from bridge import __version__
+from bridge import __version__, telemetry
 from bridge.codecs import acp as codec
 from bridge.codecs.acp_content import block_in
 from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, error_response
@@ -388,6 +388,7 @@ class AcpConnection:
         session = self._session(p.session_id)
         if not p.prompt:
             raise InvalidParams("prompt must hold at least one content block")
+        telemetry.incoming("acp", p.meta)  # `_meta.traceparent` (ACP extensibility, "The _meta field")
         turn = await session.begin_turn([block_in(b) for b in p.prompt], identity=self.identity, front="acp")
         self.prompts[call.id] = session
         assert self._nursery is not None

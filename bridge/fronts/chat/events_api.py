@@ -31,6 +31,7 @@ from urllib.parse import parse_qs
 import msgspec
 import trio
 
+from bridge import telemetry
 from bridge.codecs import safejson
 from bridge.codecs.sse import encode_event
 from bridge.config import Config
@@ -284,6 +285,7 @@ class CanonicalApi:
             raise InvalidParams("give either text or content (a list of content blocks)")
         content = req.content if req.content is not None else [TextContent(text=req.text)]
         session = await owners.get_checked(self.manager, params["session_id"], of_scope(scope), "use")
+        telemetry.incoming("chat", scope=scope)
         # Busy: 409; a bad /command: 400; over `[limits]`: 429 with Retry-After (bridge/fronts/chat/rest.py).
         turn = await session.begin_turn(content, identity=of_scope(scope), front="rest")
         return 202, {"turn_id": turn.turn_id}, []

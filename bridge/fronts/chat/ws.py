@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 import trio
 
+from bridge import telemetry
 from bridge.config import Config
 from bridge.core.identity import of_scope
 from bridge.fronts.chat.config import WsFrontConfig
@@ -118,6 +119,7 @@ class WsFront:
                 await send({"type": "websocket.close", "code": codes_for(exc).ws_close})  # the server answers 403
             return
         conn = WsConnection(self, receive, send, authed=authed, peer=_peer(scope), identity=of_scope(scope))
+        telemetry.connection("chat", scope)  # the upgrade's traceparent: the parent of its turns
         try:
             await conn.run()
         except Exception:

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import trio
 
+from bridge import telemetry
 from bridge.codecs import chat_parts, safejson
 from bridge.codecs.chat import commands_frame, encode_frame
 from bridge.core.access import Action
@@ -441,6 +442,7 @@ class WsConnection:
         headless = p.headless or p.output_schema is not None
         # With the run's turn record, not the session's state: bridge/fronts/chat/runs.py.
         meta = run_meta(chat.RunOptions(headless=True, output_schema=p.output_schema)) if headless else None
+        telemetry.incoming("chat", {"traceparent": p.traceparent, "tracestate": p.tracestate})  # else the upgrade's
         await session.begin_turn(content, record_meta=meta, identity=self.identity, front="ws")
 
     async def _answer(self, session: Any, answer: chat.AskUserAnswer) -> None:

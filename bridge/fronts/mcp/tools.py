@@ -36,6 +36,7 @@ import mcp_types as types
 import trio
 from mcp.shared.exceptions import MCPError
 
+from bridge import telemetry
 from bridge.config import Config
 from bridge.core.content import (
     AudioContent,
@@ -214,6 +215,7 @@ async def _one_turn(
     session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float, who: Identity
 ) -> types.CallToolResult:
     try:
+        telemetry.incoming("mcp", ctx.meta, scope=getattr(ctx.request, "scope", None))  # `_meta` (MCP SEP-414), then headers
         turn = await session.begin_turn([TextContent(text=prompt)], identity=who, front="mcp")
     except RateLimited as exc:
         # Not the tool's failure but the server refusing the request: a JSON-RPC error
