@@ -81,7 +81,7 @@ def _claim(identity: Identity, name: str) -> Any:
 def owner_of(meta: Mapping[str, Any] | None) -> str | None:
     """The owner key kept in a session's meta; None when none was recorded."""
     owner = meta.get(OWNER_META) if meta else None
-    return owner if isinstance(owner, str) else None
+    return owner if isinstance(owner, str) and owner else None  # "" is nobody (the store's unowned)
 
 
 def may(access: RouteAccess | None, identity: Identity, action: Action, owner: str | None = None) -> bool:
