@@ -325,7 +325,7 @@ class Count:
     def changed(self, session_id: str) -> None:
         self.calls.append(("changed", session_id))
 
-    def deleted(self, session_id: str) -> None:
+    def deleted(self, session_id: str, record: Any = None) -> None:
         self.calls.append(("deleted", session_id))
 
 
@@ -349,7 +349,7 @@ async def test_the_feed_coalesces_and_resets_past_its_bound(autojump_clock: Any)
         feed = ChangeFeed(SimpleNamespace(manager=manager))  # type: ignore[arg-type]
         frames: list[bytes] = []
         out = SimpleNamespace(closed=False, put=frames.append)
-        pending = _Pending(2)
+        pending = _Pending(2, lambda record: False)  # no rules: every session is listed
         manager.changes.listen(pending)
         decoder = SSEDecoder()
 

@@ -3,20 +3,19 @@
 A message starting a context needs `start` and makes the caller its owner (side
 sessions of the context share that owner); a message to a context or an interrupted
 task needs `use`; GetTask and SubscribeToTask `watch`; CancelTask and push configs
-`use`; ListTasks leaves out the tasks of contexts the caller may not `list` (a page may
-come short). The rules are bridge/core/access.py's, asked through bridge/fronts/owners.py.
+`use`; ListTasks leaves out the tasks of contexts the caller may not `list`, in the
+store's query (bridge/fronts/owners.py `visibility`: full pages, its own total). The
+rules are bridge/core/access.py's, asked through bridge/fronts/owners.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from bridge.config import Route
 from bridge.core.access import Action
 from bridge.core.identity import Identity
-from bridge.errors import Forbidden, NotFound
+from bridge.errors import NotFound
 from bridge.fronts import owners
 
 __all__ = ["TaskAccess"]
@@ -59,16 +58,3 @@ class TaskAccess:
         if record is None:
             raise NotFound(f"unknown context {session_id!r}")
         owners.check(self.manager.config, record, who, action)
-
-    async def listable(self, route: Route, who: Identity, page: Any) -> Any:
-        """ListTasks without the tasks of contexts the caller may not list (a short page)."""
-        if route.access is None:
-            return page
-        kept = []
-        for task in page.tasks:
-            try:
-                await self._check_session(route, task.context_id, who, "list")
-            except (NotFound, Forbidden):
-                continue
-            kept.append(task)
-        return msgspec.structs.replace(page, tasks=kept)

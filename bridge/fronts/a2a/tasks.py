@@ -52,6 +52,7 @@ from bridge.fronts.a2a.waiting import WaitingStreams
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 from bridge.store import TaskRecord
+from bridge.store.listing import Visible
 
 __all__ = ["TaskService"]
 
@@ -392,8 +393,9 @@ class TaskService:
         return projector
 
     # -- listing ---------------------------------------------------------------------------------
-    async def list(self, route: str, req: s.ListTasksRequest) -> s.ListTasksResponse:
-        return await list_tasks(self, route, req)
+    async def list(self, route: str, req: s.ListTasksRequest, visible: Visible | None = None) -> s.ListTasksResponse:
+        """`visible`: only the tasks of contexts one caller may list (bridge/fronts/owners.py)."""
+        return await list_tasks(self, route, req, visible)
 
 
 def _holds_a_task(session: Session) -> bool:

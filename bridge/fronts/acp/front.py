@@ -338,10 +338,10 @@ class AcpConnection:
         except ValueError as exc:
             raise InvalidParams(f"invalid cursor {p.cursor!r}") from exc
         records, total = await self.manager.store.list_sessions(
-            route=self.route_name, cwd=p.cwd, limit=page, offset=offset
-        )
+            route=self.route_name, cwd=p.cwd, limit=page, offset=offset,
+            visible=owners.visibility(self.manager.config, self.identity),  # what this caller may list, in the query
+        )  # fmt: skip
         nxt = offset + len(records)
-        records = owners.visible(self.manager.config, records, self.identity)  # a page may come short
         return acp.ListSessionsResult(
             sessions=[
                 acp.SessionInfo(

@@ -200,7 +200,7 @@ class _Gone:
     def changed(self, session_id: str) -> None:
         pass
 
-    def deleted(self, session_id: str) -> None:
+    def deleted(self, session_id: str, record: Any = None) -> None:
         if session_id == self.session_id:
             self.out.close(_GONE)
 

@@ -205,14 +205,16 @@ class RestApi:
         if route is not None and route not in self.manager.config.routes:
             raise InvalidParams(f"route must be one of {', '.join(sorted(self.manager.config.routes))}; got {route[:80]!r}")
         store = self.manager.store
+        # Access rules filter in the store's query: full pages, totals and counts of what
+        # this caller may see only (README: "Access control").
+        visible = owners.visibility(self.manager.config, of_scope(scope))
         records, total = await store.list_sessions(
-            limit=limit, offset=offset, route=route, front=_str(query, "front"), status=_str(query, "status"), q=_str(query, "q")
-        )
-        # Access rules filter the store's page: a page may hold fewer than `limit` (README: "Access control").
-        records = owners.visible(self.manager.config, records, of_scope(scope))
+            limit=limit, offset=offset, route=route, front=_str(query, "front"), status=_str(query, "status"), q=_str(query, "q"),
+            visible=visible,
+        )  # fmt: skip
         body: dict[str, Any] = {"sessions": [self.views.info(r) for r in records], "total": total, "limit": limit, "offset": offset}
         if counts:
-            body["counts"] = await store.count_sessions()
+            body["counts"] = await store.count_sessions(visible=visible)
         return 200, body, []
 
     async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
@@ -244,8 +246,9 @@ class RestApi:
         self, scope: Scope, receive: Any, params: dict[str, str]
     ) -> tuple[int, Any, list[tuple[str, str]]]:
         session_id = params["session_id"]
-        owners.check(self.manager.config, await self._record(session_id), of_scope(scope), "use")
-        self.streams.forget(session_id)
+        record = await self._record(session_id)
+        owners.check(self.manager.config, record, of_scope(scope), "use")
+        self.streams.forget(session_id, record)
         live = self.manager.live(session_id)
         if live is not None:
             await live.close()
