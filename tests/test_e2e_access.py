@@ -188,3 +188,77 @@ async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_gr
         ], audit
         assert any(a["who"] == f"unix::{user}" and a["front"] == "acp" for a in audit), audit
         assert "mine" not in "".join(line for line in d.log_text().splitlines() if "bridge.audit" in line)
+
+
+async def test_listings_page_total_and_count_only_what_each_identity_may_see_and_so_does_the_feed(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Listings are filtered in the store: carol's pages are full although alice's newer
+    sessions come first in the store, and `total`, `counts` and A2A `totalSize` are hers
+    alone (nobody learns how many sessions others have). Her change feed hears nothing of
+    alice's sessions, not even their deletion, and does hear of her own."""
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        config = _config(tmp_path, issuer_toml(issuer)) + '\n[routes.open]\nback = { kind = "demo", chunk_delay_s = 0 }\n'
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+            alice, carol, bob = issuer.mint("alice"), issuer.mint("carol"), issuer.mint("bob", groups=["ops"])
+
+            async def create(token: str, route: str = "team") -> str:
+                r = await h.post("/api/sessions", json={"route": route}, headers=_h(token))
+                assert r.status_code == 200, r.text
+                return str(r.json()["session_id"])
+
+            carols = [await create(carol) for _ in range(3)]
+            alices = [await create(alice) for _ in range(5)]  # newer: first in the store's order
+            shared = await create(alice, "open")  # a route without rules: everyone's
+
+            async def pages(token: str, limit: int) -> tuple[list[list[str]], set[int], dict[str, int]]:
+                got: list[list[str]] = []
+                totals: set[int] = set()
+                offset = 0
+                while True:
+                    r = await h.get("/api/sessions", params={"limit": limit, "offset": offset, "counts": 1}, headers=_h(token))
+                    assert r.status_code == 200, r.text
+                    body = r.json()
+                    totals.add(body["total"])
+                    if not body["sessions"]:
+                        return got, totals, body["counts"]["route"]
+                    got.append([s["session_id"] for s in body["sessions"]])
+                    offset += limit
+
+            got, totals, routes = await pages(carol, 2)
+            assert [len(p) for p in got] == [2, 2] and totals == {4}, (got, totals)  # full pages, her total
+            assert sorted(sum(got, [])) == sorted([*carols, shared]) and routes == {"open": 1, "team": 3}
+            got, totals, routes = await pages(alice, 4)
+            assert [len(p) for p in got] == [4, 2] and totals == {6} and routes == {"open": 1, "team": 5}
+            got, totals, routes = await pages(bob, 5)  # ops lists everyone's
+            assert [len(p) for p in got] == [5, 4] and totals == {9} and routes == {"open": 1, "team": 8}
+
+            # A2A ListTasks: the same, by each task's context owner.
+            for token, n in ((carol, 1), (alice, 3)):
+                for _ in range(n):
+                    r = await h.post("/a2a/team", json=_send("task"), headers=_h(token))
+                    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+            lst = {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {"pageSize": 1}}
+            res = (await h.post("/a2a/team", json=lst, headers=_h(carol))).json()["result"]
+            assert (len(res["tasks"]), res["totalSize"], res.get("nextPageToken", "")) == (1, 1, ""), res
+            lst["params"] = {"pageSize": 2}
+            res = (await h.post("/a2a/team", json=lst, headers=_h(alice))).json()["result"]
+            assert (len(res["tasks"]), res["totalSize"]) == (2, 3) and res["nextPageToken"], res
+            lst["params"] = {"contextId": res["tasks"][0]["contextId"]}  # alice's context, asked by name
+            res = (await h.post("/a2a/team", json=lst, headers=_h(carol))).json()["result"]
+            assert (res["tasks"], res["totalSize"]) == ([], 0), res
+
+            # The change feed: alice's session comes and goes unheard by carol; carol's own is heard.
+            async with h.stream("GET", "/api/changes", headers=_h(carol)) as resp:
+                assert resp.status_code == 200
+                sse = Sse(resp)
+                hers = await create(alice)
+                r = await h.post(f"/api/sessions/{hers}/prompt", json={"text": "busy"}, headers=_h(alice))
+                assert r.status_code == 202, r.text
+                assert (await h.delete(f"/api/sessions/{hers}", headers=_h(alice))).status_code == 200
+                own = await create(carol)
+                assert (await h.delete(f"/api/sessions/{own}", headers=_h(carol))).status_code == 200
+                heard = await sse.until(lambda e: e.event == "deleted" and json.loads(e.data)["session_id"] == own)
+            said = b"".join(e.data if isinstance(e.data, bytes) else e.data.encode() for e in heard).decode()
+            assert hers not in said and own in said, heard
+            assert [e.event for e in heard if e.event == "reset"] == [], heard
