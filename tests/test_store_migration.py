@@ -115,7 +115,7 @@ async def test_a_store_of_the_release_before_is_converted_in_place(tmp_path: Pat
             TurnEnded(seq=31, turn_id=CUT_TURN, stop_reason=StopReason.FAILED, error=CUT_TURN_ERROR)
         ]
         stats = await store.stats()
-        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 4)
+        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 5)
     finally:
         await store.close()
 

@@ -35,14 +35,12 @@ whose owner still runs (another process sharing the state directory) is left alo
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import msgspec
 
 from bridge.core.events import StopReason, TurnEnded, TurnError, encode_events
-
-if TYPE_CHECKING:
-    from bridge.store.listing import Visible
+from bridge.store.visible import Visible
 
 __all__ = [
     "CUT_META_KEY",

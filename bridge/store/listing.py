@@ -27,11 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-import msgspec
-
 from bridge.core.access import owner_of
 from bridge.errors import InvalidParams
 from bridge.store.base import SessionRecord
+from bridge.store.visible import Visible
 
 __all__ = [
     "COUNT_SQL", "FRONTS", "MAX_QUERY", "STATUSES", "UNKNOWN_FRONT", "Visible", "count_sql", "fold_counts", "matches",
@@ -62,35 +61,6 @@ COUNT_SQL = (
     "SELECT route, front, turn_count > 0, last_stop, last_cut, COUNT(*) FROM sessions "
     "GROUP BY route, front, turn_count > 0, last_stop, last_cut"
 )
-
-# What a route lets one caller see: every session, its own (and unowned ones), others'
-# only (it may list others' sessions but not start its own), or none.
-Sees = Literal["all", "own", "others", "none"]
-
-
-class Visible(msgspec.Struct, frozen=True, kw_only=True):
-    """Which sessions one caller sees in a listing (made by bridge/fronts/owners.py
-    `visibility`). A route in no set (one that is not configured) shows it its own and
-    unowned sessions."""
-
-    owner: str  # the caller's identity key: the sessions it owns
-    every: tuple[str, ...] = ()  # routes whose every session it sees
-    others: tuple[str, ...] = ()  # routes where it sees others' sessions but not its own
-    hidden: tuple[str, ...] = ()  # routes where it sees none
-
-    def sees(self, route: str) -> Sees:
-        if route in self.every:
-            return "all"
-        if route in self.others:
-            return "others"
-        return "none" if route in self.hidden else "own"
-
-    def shows(self, route: str, owner: str | None) -> bool:
-        """Whether a session of `route` owned by `owner` (None: unowned) is listed."""
-        sees = self.sees(route)
-        own = owner is None or owner == "" or owner == self.owner
-        return sees == "all" or (sees == "own" and own) or (sees == "others" and not own)
-
 
 def visible_sql(dialect: Literal["sqlite", "pg"], visible: Visible, table: str = "") -> tuple[str, list[Any]]:
     """`visible` as one SQL condition on the sessions table (its columns prefixed by
