@@ -26,7 +26,7 @@ from bridge.core.identity import Identity
 from bridge.errors import Forbidden, NotFound
 from bridge.store.listing import Visible
 
-__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "visibility", "visible"]
+__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "usable", "visibility", "visible"]
 
 # The rules of a route that is not configured (any more), once others have rules.
 _UNCONFIGURED = RouteAccess()
@@ -68,6 +68,19 @@ def visibility(config: Config, identity: Identity) -> Visible | None:
         elif not own:
             hidden.append(name)
     return Visible(owner=identity.key, every=tuple(every), others=tuple(others), hidden=tuple(hidden))
+
+
+def usable(config: Config, identity: Identity, route: str) -> bool:
+    """Whether `identity` may do anything on `route`: start sessions, or list, watch, use
+    or answer others'. A route it may not is left out of what it is shown of the routes
+    (`/api/routes`, MCP `tools/list`)."""
+    found = config.routes.get(route)
+    if found is None or found.access is None:
+        return found is not None
+    access = found.access
+    if may(access, identity, "start"):
+        return True
+    return any(rule.matches(identity) for rules in (access.listing, access.watch, access.use, access.answer) for rule in rules)
 
 
 def owned_by(identity: Identity, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ class TaskAccess:
             if msg.task_id:
                 await self._check_task(name, route, msg.task_id, who, "use")
             elif msg.context_id:
-                await self._check_session(route, msg.context_id, who, "use")
+                await self._check_context(name, msg.context_id, who, "use")
             else:
                 owners.check_start(self.manager.config, name, who)
             return owners.owned_by(who)
@@ -46,15 +46,25 @@ class TaskAccess:
         return None
 
     async def _check_task(self, name: str, route: Route, task_id: str, who: Identity, action: Action) -> None:
-        if route.access is not None:
+        if route.access is not None:  # `kept` answers only this route's tasks
             kept = await self.tasks.kept(name, task_id)  # NotFound: an unknown task
-            await self._check_session(route, kept.record.session_id, who, action)
+            try:
+                await self._check_context(name, kept.record.session_id, who, action)
+            except NotFound:  # said as for a task nobody has: never its context's id
+                raise NotFound(f"unknown task {task_id!r}") from None
 
-    async def _check_session(self, route: Route, session_id: str, who: Identity, action: Action) -> None:
-        if route.access is None:
+    async def _check_context(self, name: str, session_id: str, who: Identity, action: Action) -> None:
+        """By the rules of the route the context is on, not of the URL it was sent to: a
+        context of another route is unknown here, said as for an id nobody has (neither
+        its existence nor its route is confirmed, and its session is not loaded)."""
+        if not owners.ruled(self.manager.config):
             return
         live = self.manager.live(session_id)
         record = live.record if live is not None else await self.manager.store.get_session(session_id)
-        if record is None:
-            raise NotFound(f"unknown context {session_id!r}")
-        owners.check(self.manager.config, record, who, action)
+        unknown = NotFound(f"unknown contextId {session_id!r}: omit contextId to start a new conversation")
+        if record is None or record.route != name:
+            raise unknown
+        try:
+            owners.check(self.manager.config, record, who, action)
+        except NotFound:
+            raise unknown from None

@@ -236,7 +236,8 @@ class TaskService:
             raise NotFound(f"unknown contextId {context_id!r}: omit contextId to start a new conversation") from None
         state = session.find_front_state(A2AContext)
         if session.record.route != route or state is None or state.ctx:
-            raise NotFound(f"unknown contextId {context_id!r} on this agent")
+            # Said as for an id nobody has: a context of another route is not confirmed.
+            raise NotFound(f"unknown contextId {context_id!r}: omit contextId to start a new conversation")
         return session
 
     async def _session_for(self, route: str, context_id: str) -> Session:

@@ -34,7 +34,8 @@ from mcp.shared.exceptions import MCPError
 from bridge import __version__
 from bridge.codecs.numbers import small_int
 from bridge.config import Config
-from bridge.core.identity import of_scope
+from bridge.core.identity import Identity, of_scope
+from bridge.fronts import owners
 from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.errors import PromptError
 from bridge.fronts.mcp import tools as mcp_tools
@@ -227,15 +228,19 @@ class McpFront:
 
     # -- tools ----------------------------------------------------------------------------
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=mcp_tools.tools(self.manager.config) if self._tools_on else [])
+        return types.ListToolsResult(tools=mcp_tools.tools(self.manager.config, _caller(ctx)) if self._tools_on else [])
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if not self._tools_on or params.name not in self.manager.config.routes:
+        who = _caller(ctx)
+        if not self._tools_on or not owners.usable(self.manager.config, who, params.name):  # as tools/list shows them
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-        # The caller HttpApp authenticated, in the ASGI scope the SDK's request carries (stdio: anonymous).
-        who = of_scope(getattr(getattr(ctx, "request", None), "scope", None) or {})
         interval = self.config.section(McpFrontConfig).progress_interval_s
         return await mcp_tools.call(self.manager, params.name, params.arguments or {}, ctx, interval, who)
+
+
+def _caller(ctx: Any) -> Identity:
+    """The caller HttpApp authenticated, in the ASGI scope the SDK's request carries (stdio: anonymous)."""
+    return of_scope(getattr(getattr(ctx, "request", None), "scope", None) or {})
 
 
 def _offset(cursor: str | None, total: int) -> int:
