@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 
@@ -198,7 +199,15 @@ async def test_listings_page_total_and_count_only_what_each_identity_may_see_and
     alone (nobody learns how many sessions others have). Her change feed hears nothing of
     alice's sessions, not even their deletion, and does hear of her own."""
     with running_issuer() as issuer, trio.fail_after(CEILING_S):
-        config = _config(tmp_path, issuer_toml(issuer)) + '\n[routes.open]\nback = { kind = "demo", chunk_delay_s = 0 }\n'
+        config = _config(tmp_path, issuer_toml(issuer)) + f"""
+[routes.open]
+back = {{ kind = "demo", chunk_delay_s = 0 }}
+
+[routes.ops]
+back = {{ kind = "demo", chunk_delay_s = 0 }}
+[routes.ops.access]
+start = {_OPS}
+"""
         async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=20) as h:
             alice, carol, bob = issuer.mint("alice"), issuer.mint("carol"), issuer.mint("bob", groups=["ops"])
 
@@ -244,9 +253,43 @@ async def test_listings_page_total_and_count_only_what_each_identity_may_see_and
             lst["params"] = {"pageSize": 2}
             res = (await h.post("/a2a/team", json=lst, headers=_h(alice))).json()["result"]
             assert (len(res["tasks"]), res["totalSize"]) == (2, 3) and res["nextPageToken"], res
-            lst["params"] = {"contextId": res["tasks"][0]["contextId"]}  # alice's context, asked by name
+            ctx, task_id = res["tasks"][0]["contextId"], res["tasks"][0]["id"]
+            lst["params"] = {"contextId": ctx}  # alice's context, asked by name
             res = (await h.post("/a2a/team", json=lst, headers=_h(carol))).json()["result"]
             assert (res["tasks"], res["totalSize"]) == ([], 0), res
+
+            # Refusals say what an id nobody has gets: alice's context, on its route or through
+            # another route's URL, and her task (never naming its context).
+            async def error(path: str, body: dict[str, Any], mine: str) -> dict[str, Any]:
+                r = await h.post(path, json=body, headers=_h(carol))
+                err = r.json()["error"]
+                return {**err, "message": err["message"].replace(mine, "ID")}
+
+            nobody = "0" * 32
+            unknown_ctx = await error("/a2a/team", _send("x", contextId=nobody), nobody)
+            assert "ID" in unknown_ctx["message"], unknown_ctx
+            for path in ("/a2a/team", "/a2a/open"):
+                assert await error(path, _send("x", contextId=ctx), ctx) == unknown_ctx, path
+            get = lambda tid: {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": tid}}  # noqa: E731
+            unknown_task = await error("/a2a/team", get(nobody), nobody)
+            assert await error("/a2a/team", get(task_id), task_id) == unknown_task and unknown_task["code"] == -32001
+
+            # Routes a caller may not use are not shown to it (the routes API, MCP tools).
+            names = lambda r: {x["name"] for x in r.json()["routes"]}  # noqa: E731
+            assert names(await h.get("/api/routes", headers=_h(carol))) == {"team", "open"}
+            assert names(await h.get("/api/routes", headers=_h(bob))) == {"team", "open", "ops"}
+            from mcp import Client
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+            from mcp.shared.exceptions import MCPError
+
+            for token, shown in ((carol, {"team", "open"}), (bob, {"team", "open", "ops"})):
+                async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                    async with Client(streamable_http_client(d.url + "/mcp", http_client=http)) as client:
+                        assert {t.name for t in (await client.list_tools()).tools} == shown
+                        if token == carol:  # as for a tool nobody has
+                            with pytest.raises(MCPError, match="unknown tool 'ops'"):
+                                await client.call_tool("ops", {"prompt": "x"})
 
             # The change feed: alice's session comes and goes unheard by carol; carol's own is heard.
             async with h.stream("GET", "/api/changes", headers=_h(carol)) as resp:
