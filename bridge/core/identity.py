@@ -17,12 +17,13 @@ the turn begins, in that same task).
 from __future__ import annotations
 
 import contextvars
+import pwd
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["ANONYMOUS", "CALLER", "SCOPE_KEY", "Identity", "Via", "calling", "of_scope"]
+__all__ = ["ANONYMOUS", "CALLER", "SCOPE_KEY", "Identity", "Via", "calling", "of_scope", "unix_identity"]
 
 # How the identity was established.
 Via = Literal["anonymous", "token", "jwt", "unix"]
@@ -52,6 +53,16 @@ class Identity(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ANONYMOUS = Identity(subject="anonymous")
+
+
+def unix_identity(uid: int) -> Identity:
+    """A Unix user as a caller (an ACP socket peer, or the user who started a stdio
+    front): its name when the system knows one, else its uid."""
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return Identity(subject=name, via="unix", claims={"uid": uid})
 
 
 def of_scope(scope: Mapping[str, Any]) -> Identity:

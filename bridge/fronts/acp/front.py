@@ -20,7 +20,6 @@ import base64
 import datetime as dt
 import logging
 import os
-import pwd
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,7 +32,7 @@ from bridge.codecs.jsonrpc import Call, Notify, ProtocolError, decode_params, er
 from bridge.codecs.jsonrpc_peer import CancelRequested
 from bridge.codecs.ndjson import LineReader, Oversized
 from bridge.config import Config, Route
-from bridge.core.identity import ANONYMOUS, Identity, calling
+from bridge.core.identity import ANONYMOUS, Identity, calling, unix_identity
 from bridge.fronts import owners
 from bridge.fronts.acp.config import AcpFrontConfig
 from bridge.core.events import (
@@ -65,7 +64,7 @@ from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
 from bridge.transport.ndjson import ANSWERED, NdjsonConnection, receive_frames
 
-__all__ = ["AcpConnection", "serve_acp", "unix_identity"]
+__all__ = ["AcpConnection", "serve_acp"]
 
 log = logging.getLogger("bridge.fronts.acp.front")
 
@@ -80,15 +79,6 @@ async def serve_acp(
     """Serve one ACP client until it closes its end: over stdio, the user who started us
     (the editor that spawned this process runs as that user)."""
     await AcpConnection(receive, send, manager=manager, config=config, route=route, identity=unix_identity(os.getuid())).run()
-
-
-def unix_identity(uid: int) -> Identity:
-    """A Unix user as a caller: its name when the system knows one, else its uid."""
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = str(uid)
-    return Identity(subject=name, via="unix", claims={"uid": uid})
 
 
 class AcpConnection:

@@ -28,8 +28,8 @@ import msgspec
 import trio
 
 from bridge.codecs import safejson
-from bridge.core.identity import ANONYMOUS, Identity
-from bridge.fronts.acp.front import AcpConnection, unix_identity
+from bridge.core.identity import ANONYMOUS, Identity, unix_identity
+from bridge.fronts.acp.front import AcpConnection
 from bridge.session import SessionManager
 
 __all__ = ["AcpSocketFront", "bind_unix"]

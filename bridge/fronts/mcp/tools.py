@@ -83,8 +83,8 @@ _INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-def tools(config: Config, who: Identity = ANONYMOUS) -> list[types.Tool]:
-    """The routes `who` may use (bridge/fronts/owners.py `usable`) as tools."""
+def tools(config: Config, who: Identity | None = None) -> list[types.Tool]:
+    """The routes `who` may use (bridge/fronts/owners.py `usable`) as tools; None: every route."""
     return [
         types.Tool(
             name=name,
@@ -94,7 +94,7 @@ def tools(config: Config, who: Identity = ANONYMOUS) -> list[types.Tool]:
             annotations=types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
         )
         for name, route in config.routes.items()
-        if owners.usable(config, who, name)
+        if who is None or owners.usable(config, who, name)
     ]
 
 
