@@ -305,3 +305,31 @@ start = {_OPS}
             said = b"".join(e.data if isinstance(e.data, bytes) else e.data.encode() for e in heard).decode()
             assert hers not in said and own in said, heard
             assert [e.event for e in heard if e.event == "reset"] == [], heard
+
+
+async def test_mcp_over_stdio_is_the_user_who_started_it(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    """`agent-bridge mcp` over stdio is its Unix user, as `agent-bridge acp` is: a route
+    whose rules let Unix users start sessions is its tool, and the session is theirs."""
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        '[routes.team]\nback = { kind = "demo", chunk_delay_s = 0 }\n'
+        '[routes.team.access]\nstart = [{ claim = "via", equals = "unix" }]\n'
+        '[routes.jwt_only]\nback = { kind = "demo", chunk_delay_s = 0 }\n'
+        '[routes.jwt_only.access]\nstart = [{ claim = "via", equals = "jwt" }]\n'
+    )
+    params = StdioServerParameters(
+        command=bridge_exe[0], args=[*bridge_exe[1:], "mcp", "--config", str(config), "--state-dir", str(tmp_path / "state")],
+        env=clean_env,
+    )
+    with trio.fail_after(CEILING_S), (tmp_path / "mcp.log").open("w") as log:
+        async with Client(stdio_client(params, errlog=log), mode="legacy", cache=None) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == ["team"]
+            result = await client.call_tool("team", {"prompt": "hi"})
+            assert not result.is_error, result
+            sid = result.structured_content["session_id"]
+    db = sqlite3.connect(tmp_path / "state" / "bridge.sqlite3")
+    ((meta,),) = db.execute("SELECT meta FROM sessions WHERE session_id = ?", (sid,)).fetchall()
+    assert json.loads(meta)["owner"] == f"unix::{pwd.getpwuid(os.getuid()).pw_name}"
