@@ -2,7 +2,7 @@
 
 A message starting a context needs `start` and makes the caller its owner (side
 sessions of the context share that owner); a message to a context or an interrupted
-task needs `use`; GetTask and SubscribeToTask `watch`; CancelTask and push configs
+task needs `use`, and `watch` of each task it references (their replies are quoted); GetTask and SubscribeToTask `watch`; CancelTask and push configs
 `use`; ListTasks leaves out the tasks of contexts the caller may not `list`, in the
 store's query (bridge/fronts/owners.py `visibility`: full pages, its own total). The
 rules are bridge/core/access.py's, asked through bridge/fronts/owners.py.
@@ -15,10 +15,13 @@ from typing import Any
 from bridge.config import Route
 from bridge.core.access import Action
 from bridge.core.identity import Identity
-from bridge.errors import NotFound
+from bridge.errors import InvalidParams, NotFound
 from bridge.fronts import owners
 
 __all__ = ["TaskAccess"]
+
+# referenceTaskIds a message may name on a route with rules (each is checked: a store read).
+_MAX_REFS = 64
 
 
 class TaskAccess:
@@ -31,6 +34,11 @@ class TaskAccess:
         """Check the caller may do `op`; for a message starting a context, its owner meta."""
         if op in ("send", "stream"):
             msg = req.message
+            refs = msg.reference_task_ids or ()
+            if route.access is not None and len(refs) > _MAX_REFS:
+                raise InvalidParams(f"referenceTaskIds: at most {_MAX_REFS} on this agent")
+            for ref in refs:  # quoted to the agent: the caller must see them, else they are unknown
+                await self._check_task(name, route, ref, who, "watch")
             if msg.task_id:
                 await self._check_task(name, route, msg.task_id, who, "use")
             elif msg.context_id:
