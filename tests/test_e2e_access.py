@@ -273,11 +273,16 @@ start = {_OPS}
             get = lambda tid: {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": tid}}  # noqa: E731
             unknown_task = await error("/a2a/team", get(nobody), nobody)
             assert await error("/a2a/team", get(task_id), task_id) == unknown_task and unknown_task["code"] == -32001
+            referencing = lambda tid: _send("x", referenceTaskIds=[tid])  # noqa: E731
+            unknown_ref = await error("/a2a/team", referencing(nobody), nobody)
+            assert await error("/a2a/team", referencing(task_id), task_id) == unknown_ref and unknown_ref["code"] == -32001
 
             # Routes a caller may not use are not shown to it (the routes API, MCP tools).
             names = lambda r: {x["name"] for x in r.json()["routes"]}  # noqa: E731
             assert names(await h.get("/api/routes", headers=_h(carol))) == {"team", "open"}
             assert names(await h.get("/api/routes", headers=_h(bob))) == {"team", "open", "ops"}
+            r = await h.post("/api/sessions", json={"route": "ops"}, headers=_h(carol))  # as for a route nobody has
+            assert r.status_code == 404 and r.json()["detail"] == "no route named 'ops'; routes are ['open', 'team']", r.text
             from mcp import Client
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
