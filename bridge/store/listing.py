@@ -62,6 +62,7 @@ COUNT_SQL = (
     "GROUP BY route, front, turn_count > 0, last_stop, last_cut"
 )
 
+
 def visible_sql(dialect: Literal["sqlite", "pg"], visible: Visible, table: str = "") -> tuple[str, list[Any]]:
     """`visible` as one SQL condition on the sessions table (its columns prefixed by
     `table`) and its parameters. Its own sessions are read by `sessions_by_owner`."""

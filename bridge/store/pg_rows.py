@@ -20,7 +20,8 @@ import msgspec
 
 from bridge.store.base import SessionRecord, TaskRecord, TurnRecord
 from bridge.store.sqlite_rows import (
-    SESSION_COLUMNS, SESSION_WRITE_COLUMNS, TASK_COLUMNS, TURN_COLUMNS, session_record, session_row, state_rows, task_row, turn_row,
+    SESSION_COLUMNS, SESSION_WRITE_COLUMNS, TASK_COLUMNS, TURN_COLUMNS, session_record, session_row, state_rows, task_row,
+    turn_row,
 )  # fmt: skip
 
 __all__ = [

@@ -18,8 +18,8 @@ from bridge.core.access import owner_of
 from bridge.store.base import SessionRecord, TaskRecord, TurnRecord
 
 __all__ = [
-    "DROP_STATE", "PUT_BATCH", "PUT_SESSION", "PUT_STATE", "PUT_TASK", "PUT_TURN", "SESSION_COLUMNS", "SESSION_WRITE_COLUMNS", "TASK_COLUMNS",
-    "TURN_COLUMNS", "json_text", "session_record", "session_row", "state_rows", "task_record", "task_row",
+    "DROP_STATE", "PUT_BATCH", "PUT_SESSION", "PUT_STATE", "PUT_TASK", "PUT_TURN", "SESSION_COLUMNS", "SESSION_WRITE_COLUMNS",
+    "TASK_COLUMNS", "TURN_COLUMNS", "json_text", "session_record", "session_row", "state_rows", "task_record", "task_row",
     "turn_record", "turn_row", "with_states",
 ]  # fmt: skip
 

@@ -2,10 +2,11 @@
 
 A message starting a context needs `start` and makes the caller its owner (side
 sessions of the context share that owner); a message to a context or an interrupted
-task needs `use`, and `watch` of each task it references (their replies are quoted); GetTask and SubscribeToTask `watch`; CancelTask and push configs
-`use`; ListTasks leaves out the tasks of contexts the caller may not `list`, in the
-store's query (bridge/fronts/owners.py `visibility`: full pages, its own total). The
-rules are bridge/core/access.py's, asked through bridge/fronts/owners.py.
+task needs `use`, and `watch` of each task it references (their replies are quoted);
+GetTask and SubscribeToTask `watch`; CancelTask and push configs `use`; ListTasks
+leaves out the tasks of contexts the caller may not `list`, in the store's query
+(bridge/fronts/owners.py `visibility`: full pages, its own total). The rules are
+bridge/core/access.py's, asked through bridge/fronts/owners.py.
 """
 
 from __future__ import annotations

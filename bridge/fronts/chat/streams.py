@@ -335,9 +335,8 @@ class ChatStreams:
             self._drop(stream)
 
     def forget(self, session_id: str, record: SessionRecord | None = None) -> None:
-        """The session (`record`) was deleted: tell its watchers and drop its stream, and
-        the change feeds (those whose caller may list it) and canonical event streams
-        (bridge/session/changes.py)."""
+        """The session (`record`) was deleted: tell its watchers, the change feeds and
+        canonical event streams (bridge/session/changes.py), and drop its stream."""
         self.manager.changes.deleted(session_id, record)
         stream = self._streams.get(session_id)
         if stream is not None:
