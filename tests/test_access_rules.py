@@ -125,3 +125,22 @@ def test_the_listing_filter_is_the_per_session_rule(
         by_rule = bool(owners.visible(config, [record], me))
         by_query = True if visible is None else visible.shows(route, owner_of(record.meta))
         assert by_query == by_rule, (route, owner, tables)
+
+
+def test_a_boolean_claim_equals_its_json_spelling() -> None:
+    verified = Identity(subject="v", via="jwt", issuer="https://i", claims={"email_verified": True, "n": 0})
+    assert Rule(claim="email_verified", equals="true").matches(verified)
+    assert not Rule(claim="email_verified", equals="True").matches(verified)
+    assert Rule(claim="n", equals="0").matches(verified) and not Rule(claim="n", equals="false").matches(verified)
+
+
+def test_issuers_whose_callers_keys_could_collide_are_refused() -> None:
+    """`jwt:https://idp:8443:bob` is bob of https://idp:8443, and also the subject
+    "8443:bob" of https://idp: two such issuers cannot both be trusted."""
+    def issuer(url: str) -> dict[str, str]:
+        return {"issuer": url, "audience": "https://bridge"}
+
+    routes = {"r": {"back": {"kind": "demo"}}}
+    with pytest.raises(ConfigError, match="could collide"):
+        parse_config({"routes": routes, "auth": {"issuers": [issuer("https://idp"), issuer("https://idp:8443")]}})
+    parse_config({"routes": routes, "auth": {"issuers": [issuer("https://idp/a"), issuer("https://idp/ab")]}})  # distinct
