@@ -42,6 +42,9 @@ class Identity(msgspec.Struct, frozen=True, kw_only=True):
     via: Via = "anonymous"
     issuer: str = ""  # the JWT `iss`; "" for static tokens, Unix users and anonymous
     claims: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    # When the credential stops vouching for it (unix seconds: a JWT's `exp` plus the
+    # issuer's clock skew); None: never. A long-lived connection ends then.
+    expires_at: float | None = None
 
     @property
     def key(self) -> str:
