@@ -338,3 +338,34 @@ async def test_mcp_over_stdio_is_the_user_who_started_it(bridge_exe: list[str], 
     db = sqlite3.connect(tmp_path / "state" / "bridge.sqlite3")
     ((meta,),) = db.execute("SELECT meta FROM sessions WHERE session_id = ?", (sid,)).fetchall()
     assert json.loads(meta)["owner"] == f"unix::{pwd.getpwuid(os.getuid()).pw_name}"
+
+
+async def test_a_ws_connection_ends_when_its_token_expires(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    """A `/ws` client let in by a JWT (its upgrade's header, or its first frame) is closed
+    with 4401 once the token expires, so a caller whose access was withdrawn at the issuer
+    does not keep watching sessions on a connection opened before."""
+    from trio_websocket import ConnectionClosed
+
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        config = _config(tmp_path, issuer_toml(issuer) + "clock_skew_s = 0\n")
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            url = d.url.replace("http://", "ws://") + "/ws"
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                r = await h.post("/api/sessions", json={"route": "team"}, headers=_h(issuer.mint("alice")))
+                sid = r.json()["session_id"]
+            for by_header in (True, False):
+                token = issuer.mint("alice", exp=int(time.time()) + 2)
+                headers = [("Authorization", f"Bearer {token}")] if by_header else []
+                async with open_websocket_url(url, extra_headers=headers) as ws:
+                    first = {"event": "session:subscribe", "data": {"session_id": sid}}
+                    if not by_header:
+                        first["auth"] = {"token": token}
+                    await ws.send_message(json.dumps(first))
+                    assert json.loads(await ws.get_message())["event"] == "session:subscribed"
+                    frames = []
+                    try:
+                        while True:
+                            frames.append(json.loads(await ws.get_message()))
+                    except ConnectionClosed as closed:
+                        assert closed.reason.code == 4401, closed.reason
+                    assert frames[-1]["data"]["code"] == "unauthorized" and "expired" in frames[-1]["data"]["message"], frames
