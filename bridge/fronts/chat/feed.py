@@ -8,6 +8,7 @@ set, sent as one batch, at most one batch per `COALESCE_S`, so a session appears
 most once per batch however many turns it ran meanwhile. Bounded: more than
 `[ws] changes_max_pending` sessions waiting for one client become `event: reset`
 (`{}`: read the list again). `: ping` after `[ws] events_heartbeat_s` without a write.
+The stream ends when its caller's token expires (the client reconnects with a fresh one).
 
 A client hears only of the sessions its caller may list (README: "Access control"):
 a change of a running session it may not list is dropped as it is heard (so others'
@@ -32,7 +33,7 @@ import trio
 from bridge.codecs.sse import encode_event
 from bridge.core.identity import ANONYMOUS, Identity, of_scope
 from bridge.fronts import owners
-from bridge.fronts.chat.events_api import CanonicalApi, query_ints
+from bridge.fronts.chat.events_api import CanonicalApi, expiry, query_ints
 from bridge.fronts.chat.sse_out import SseOut
 from bridge.fronts.chat.views import SessionViews
 from bridge.fronts.http import Scope
@@ -109,7 +110,7 @@ class ChangeFeed:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run, pending, out, opened)
             try:
-                await self.canonical.serve_out(out, send, receive, cors)
+                await self.canonical.serve_out(out, send, receive, cors, also=(functools.partial(expiry, opened),))
             finally:
                 out.close()
                 nursery.cancel_scope.cancel()
