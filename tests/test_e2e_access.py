@@ -342,8 +342,9 @@ async def test_mcp_over_stdio_is_the_user_who_started_it(bridge_exe: list[str], 
 
 async def test_a_ws_connection_ends_when_its_token_expires(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
     """A `/ws` client let in by a JWT (its upgrade's header, or its first frame) is closed
-    with 4401 once the token expires, so a caller whose access was withdrawn at the issuer
-    does not keep watching sessions on a connection opened before."""
+    with 4401 once the token expires, and an SSE stream (events, change feed) ends, so a
+    caller whose access was withdrawn at the issuer does not keep watching sessions on a
+    connection opened before."""
     from trio_websocket import ConnectionClosed
 
     with running_issuer() as issuer, trio.fail_after(CEILING_S):
@@ -369,3 +370,11 @@ async def test_a_ws_connection_ends_when_its_token_expires(bridge_exe: list[str]
                     except ConnectionClosed as closed:
                         assert closed.reason.code == 4401, closed.reason
                     assert frames[-1]["data"]["code"] == "unauthorized" and "expired" in frames[-1]["data"]["message"], frames
+            # The canonical events stream and the change feed end then too.
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                for path in (f"/api/sessions/{sid}/events", "/api/changes"):
+                    token = issuer.mint("alice", exp=int(time.time()) + 2)
+                    async with h.stream("GET", path, headers=_h(token)) as resp:
+                        assert resp.status_code == 200
+                        async for _ in resp.aiter_raw():  # pings and events, until the stream ends
+                            pass
