@@ -280,6 +280,13 @@ class AuthConfig(ConfigStruct):
         names = [i.issuer for i in self.issuers]
         if len(set(names)) != len(names):
             raise ValueError("issuers: the same issuer twice")
+        # A caller's key is `jwt:ISSUER:SUBJECT` (bridge/core/identity.py): were one issuer
+        # another's followed by ':' (a port), a subject of the first could name a caller of
+        # the second and own its sessions.
+        for a in names:
+            for b in names:
+                if b.startswith(a + ":"):
+                    raise ValueError(f"issuers: {b!r} starts with {a + ':'!r}; their callers' keys could collide")
 
 
 class DaemonConfig(ConfigStruct):

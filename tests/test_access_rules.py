@@ -92,3 +92,55 @@ def test_no_claim_shape_makes_a_rule_raise(claims: dict[str, object], claim: str
     rules = [{"claim": claim, "equals": value}, {"claim": claim, "contains": value}]
     access = _access(start=rules[:1], list=rules, watch=rules[1:], use=rules, answer=rules)
     assert may(access, who, action, owner) in (True, False)  # type: ignore[arg-type]
+
+
+_RULES = st.lists(
+    st.sampled_from([{"claim": "groups", "contains": "ops"}, {"claim": "via", "equals": "jwt"}, {"claim": "sub", "equals": "me"}]),
+    max_size=2,
+)
+_TABLE = st.none() | st.fixed_dictionaries({}, optional={"start": _RULES, "list": _RULES, "watch": _RULES})
+
+
+@given(
+    tables=st.lists(_TABLE, min_size=3, max_size=3),
+    groups=st.lists(st.sampled_from(["ops", "dev"]), max_size=2),
+    via=st.sampled_from(["jwt", "token", "unix"]),
+    sessions=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "gone"]), st.sampled_from(["me", "other", None, ""])), max_size=8),
+)
+def test_the_listing_filter_is_the_per_session_rule(
+    tables: list[dict[str, object] | None], groups: list[str], via: str, sessions: list[tuple[str, str | None]]
+) -> None:
+    """What the stores' query shows a caller (`owners.visibility`, bridge/store/listing.py
+    `Visible`) is exactly what the rule of each session (`may(..., "list", owner)`) allows."""
+    from bridge.fronts import owners
+    from bridge.store import SessionRecord
+
+    routes = {name: {"back": {"kind": "demo"}, **({"access": t} if t is not None else {})} for name, t in zip("abc", tables)}
+    config = parse_config({"routes": routes})
+    me = Identity(subject="me", via=via, issuer="i" if via == "jwt" else "", claims={"groups": groups})  # type: ignore[arg-type]
+    keys = {"me": me.key, "other": "jwt:i:other", None: None, "": ""}
+    visible = owners.visibility(config, me)
+    for route, owner in sessions:
+        record = SessionRecord(session_id="s", route=route, created_at=0, updated_at=0, meta={"owner": keys[owner]} if owner is not None else {})
+        by_rule = bool(owners.visible(config, [record], me))
+        by_query = True if visible is None else visible.shows(route, owner_of(record.meta))
+        assert by_query == by_rule, (route, owner, tables)
+
+
+def test_a_boolean_claim_equals_its_json_spelling() -> None:
+    verified = Identity(subject="v", via="jwt", issuer="https://i", claims={"email_verified": True, "n": 0})
+    assert Rule(claim="email_verified", equals="true").matches(verified)
+    assert not Rule(claim="email_verified", equals="True").matches(verified)
+    assert Rule(claim="n", equals="0").matches(verified) and not Rule(claim="n", equals="false").matches(verified)
+
+
+def test_issuers_whose_callers_keys_could_collide_are_refused() -> None:
+    """`jwt:https://idp:8443:bob` is bob of https://idp:8443, and also the subject
+    "8443:bob" of https://idp: two such issuers cannot both be trusted."""
+    def issuer(url: str) -> dict[str, str]:
+        return {"issuer": url, "audience": "https://bridge"}
+
+    routes = {"r": {"back": {"kind": "demo"}}}
+    with pytest.raises(ConfigError, match="could collide"):
+        parse_config({"routes": routes, "auth": {"issuers": [issuer("https://idp"), issuer("https://idp:8443")]}})
+    parse_config({"routes": routes, "auth": {"issuers": [issuer("https://idp/a"), issuer("https://idp/ab")]}})  # distinct

@@ -25,6 +25,7 @@ import trio
 from daemon_support import base_config, demo_route, start_daemon
 
 from bridge.codecs.sse import SSEDecoder, SSEEvent
+from bridge.core.identity import ANONYMOUS
 from bridge.fronts.chat.feed import ChangeFeed, _Pending
 from test_session import prompt, running
 
@@ -325,7 +326,7 @@ class Count:
     def changed(self, session_id: str) -> None:
         self.calls.append(("changed", session_id))
 
-    def deleted(self, session_id: str) -> None:
+    def deleted(self, session_id: str, record: Any = None) -> None:
         self.calls.append(("deleted", session_id))
 
 
@@ -349,7 +350,7 @@ async def test_the_feed_coalesces_and_resets_past_its_bound(autojump_clock: Any)
         feed = ChangeFeed(SimpleNamespace(manager=manager))  # type: ignore[arg-type]
         frames: list[bytes] = []
         out = SimpleNamespace(closed=False, put=frames.append)
-        pending = _Pending(2)
+        pending = _Pending(2, lambda record: False)  # no rules: every session is listed
         manager.changes.listen(pending)
         decoder = SSEDecoder()
 
@@ -415,7 +416,7 @@ async def test_a_session_run_by_another_instance_streams_here_and_tells_the_feed
                     await arrived.wait()
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(canonical.serve_events, (on_b, 0, None), send, trio.sleep_forever, [])
+                nursery.start_soon(canonical.serve_events, (on_b, 0, None, ANONYMOUS), send, trio.sleep_forever, [])
                 await until(lambda e: e.event == "caught_up")
                 turn = await on_b.begin_turn(prompt("ask: x"))
                 await until(lambda e: e.event == "question_asked")

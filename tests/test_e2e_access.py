@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 
@@ -188,3 +189,192 @@ async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_gr
         ], audit
         assert any(a["who"] == f"unix::{user}" and a["front"] == "acp" for a in audit), audit
         assert "mine" not in "".join(line for line in d.log_text().splitlines() if "bridge.audit" in line)
+
+
+async def test_listings_page_total_and_count_only_what_each_identity_may_see_and_so_does_the_feed(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Listings are filtered in the store: carol's pages are full although alice's newer
+    sessions come first in the store, and `total`, `counts` and A2A `totalSize` are hers
+    alone (nobody learns how many sessions others have). Her change feed hears nothing of
+    alice's sessions, not even their deletion, and does hear of her own."""
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        config = _config(tmp_path, issuer_toml(issuer)) + f"""
+[routes.open]
+back = {{ kind = "demo", chunk_delay_s = 0 }}
+
+[routes.ops]
+back = {{ kind = "demo", chunk_delay_s = 0 }}
+[routes.ops.access]
+start = {_OPS}
+"""
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+            alice, carol, bob = issuer.mint("alice"), issuer.mint("carol"), issuer.mint("bob", groups=["ops"])
+
+            async def create(token: str, route: str = "team") -> str:
+                r = await h.post("/api/sessions", json={"route": route}, headers=_h(token))
+                assert r.status_code == 200, r.text
+                return str(r.json()["session_id"])
+
+            carols = [await create(carol) for _ in range(3)]
+            alices = [await create(alice) for _ in range(5)]  # newer: first in the store's order
+            shared = await create(alice, "open")  # a route without rules: everyone's
+
+            async def pages(token: str, limit: int) -> tuple[list[list[str]], set[int], dict[str, int]]:
+                got: list[list[str]] = []
+                totals: set[int] = set()
+                offset = 0
+                while True:
+                    r = await h.get("/api/sessions", params={"limit": limit, "offset": offset, "counts": 1}, headers=_h(token))
+                    assert r.status_code == 200, r.text
+                    body = r.json()
+                    totals.add(body["total"])
+                    if not body["sessions"]:
+                        return got, totals, body["counts"]["route"]
+                    got.append([s["session_id"] for s in body["sessions"]])
+                    offset += limit
+
+            got, totals, routes = await pages(carol, 2)
+            assert [len(p) for p in got] == [2, 2] and totals == {4}, (got, totals)  # full pages, her total
+            assert sorted(sum(got, [])) == sorted([*carols, shared]) and routes == {"open": 1, "team": 3}
+            got, totals, routes = await pages(alice, 4)
+            assert [len(p) for p in got] == [4, 2] and totals == {6} and routes == {"open": 1, "team": 5}
+            got, totals, routes = await pages(bob, 5)  # ops lists everyone's
+            assert [len(p) for p in got] == [5, 4] and totals == {9} and routes == {"open": 1, "team": 8}
+
+            # A2A ListTasks: the same, by each task's context owner.
+            for token, n in ((carol, 1), (alice, 3)):
+                for _ in range(n):
+                    r = await h.post("/a2a/team", json=_send("task"), headers=_h(token))
+                    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+            lst = {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {"pageSize": 1}}
+            res = (await h.post("/a2a/team", json=lst, headers=_h(carol))).json()["result"]
+            assert (len(res["tasks"]), res["totalSize"], res.get("nextPageToken", "")) == (1, 1, ""), res
+            lst["params"] = {"pageSize": 2}
+            res = (await h.post("/a2a/team", json=lst, headers=_h(alice))).json()["result"]
+            assert (len(res["tasks"]), res["totalSize"]) == (2, 3) and res["nextPageToken"], res
+            ctx, task_id = res["tasks"][0]["contextId"], res["tasks"][0]["id"]
+            lst["params"] = {"contextId": ctx}  # alice's context, asked by name
+            res = (await h.post("/a2a/team", json=lst, headers=_h(carol))).json()["result"]
+            assert (res["tasks"], res["totalSize"]) == ([], 0), res
+
+            # Refusals say what an id nobody has gets: alice's context, on its route or through
+            # another route's URL, and her task (never naming its context).
+            async def error(path: str, body: dict[str, Any], mine: str) -> dict[str, Any]:
+                r = await h.post(path, json=body, headers=_h(carol))
+                err = r.json()["error"]
+                return {**err, "message": err["message"].replace(mine, "ID")}
+
+            nobody = "0" * 32
+            unknown_ctx = await error("/a2a/team", _send("x", contextId=nobody), nobody)
+            assert "ID" in unknown_ctx["message"], unknown_ctx
+            for path in ("/a2a/team", "/a2a/open"):
+                assert await error(path, _send("x", contextId=ctx), ctx) == unknown_ctx, path
+            get = lambda tid: {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": tid}}  # noqa: E731
+            unknown_task = await error("/a2a/team", get(nobody), nobody)
+            assert await error("/a2a/team", get(task_id), task_id) == unknown_task and unknown_task["code"] == -32001
+            referencing = lambda tid: _send("x", referenceTaskIds=[tid])  # noqa: E731
+            unknown_ref = await error("/a2a/team", referencing(nobody), nobody)
+            assert await error("/a2a/team", referencing(task_id), task_id) == unknown_ref and unknown_ref["code"] == -32001
+
+            # Routes a caller may not use are not shown to it (the routes API, MCP tools).
+            names = lambda r: {x["name"] for x in r.json()["routes"]}  # noqa: E731
+            assert names(await h.get("/api/routes", headers=_h(carol))) == {"team", "open"}
+            assert names(await h.get("/api/routes", headers=_h(bob))) == {"team", "open", "ops"}
+            r = await h.post("/api/sessions", json={"route": "ops"}, headers=_h(carol))  # as for a route nobody has
+            assert r.status_code == 404 and r.json()["detail"] == "no route named 'ops'; routes are ['open', 'team']", r.text
+            from mcp import Client
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+            from mcp.shared.exceptions import MCPError
+
+            for token, shown in ((carol, {"team", "open"}), (bob, {"team", "open", "ops"})):
+                async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                    async with Client(streamable_http_client(d.url + "/mcp", http_client=http)) as client:
+                        assert {t.name for t in (await client.list_tools()).tools} == shown
+                        if token == carol:  # as for a tool nobody has
+                            with pytest.raises(MCPError, match="unknown tool 'ops'"):
+                                await client.call_tool("ops", {"prompt": "x"})
+
+            # The change feed: alice's session comes and goes unheard by carol; carol's own is heard.
+            async with h.stream("GET", "/api/changes", headers=_h(carol)) as resp:
+                assert resp.status_code == 200
+                sse = Sse(resp)
+                hers = await create(alice)
+                r = await h.post(f"/api/sessions/{hers}/prompt", json={"text": "busy"}, headers=_h(alice))
+                assert r.status_code == 202, r.text
+                assert (await h.delete(f"/api/sessions/{hers}", headers=_h(alice))).status_code == 200
+                own = await create(carol)
+                assert (await h.delete(f"/api/sessions/{own}", headers=_h(carol))).status_code == 200
+                heard = await sse.until(lambda e: e.event == "deleted" and json.loads(e.data)["session_id"] == own)
+            said = b"".join(e.data if isinstance(e.data, bytes) else e.data.encode() for e in heard).decode()
+            assert hers not in said and own in said, heard
+            assert [e.event for e in heard if e.event == "reset"] == [], heard
+
+
+async def test_mcp_over_stdio_is_the_user_who_started_it(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    """`agent-bridge mcp` over stdio is its Unix user, as `agent-bridge acp` is: a route
+    whose rules let Unix users start sessions is its tool, and the session is theirs."""
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        '[routes.team]\nback = { kind = "demo", chunk_delay_s = 0 }\n'
+        '[routes.team.access]\nstart = [{ claim = "via", equals = "unix" }]\n'
+        '[routes.jwt_only]\nback = { kind = "demo", chunk_delay_s = 0 }\n'
+        '[routes.jwt_only.access]\nstart = [{ claim = "via", equals = "jwt" }]\n'
+    )
+    params = StdioServerParameters(
+        command=bridge_exe[0], args=[*bridge_exe[1:], "mcp", "--config", str(config), "--state-dir", str(tmp_path / "state")],
+        env=clean_env,
+    )
+    with trio.fail_after(CEILING_S), (tmp_path / "mcp.log").open("w") as log:
+        async with Client(stdio_client(params, errlog=log), mode="legacy", cache=None) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == ["team"]
+            result = await client.call_tool("team", {"prompt": "hi"})
+            assert not result.is_error, result
+            sid = result.structured_content["session_id"]
+    db = sqlite3.connect(tmp_path / "state" / "bridge.sqlite3")
+    ((meta,),) = db.execute("SELECT meta FROM sessions WHERE session_id = ?", (sid,)).fetchall()
+    assert json.loads(meta)["owner"] == f"unix::{pwd.getpwuid(os.getuid()).pw_name}"
+
+
+async def test_a_ws_connection_ends_when_its_token_expires(bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    """A `/ws` client let in by a JWT (its upgrade's header, or its first frame) is closed
+    with 4401 once the token expires, and an SSE stream (events, change feed) ends, so a
+    caller whose access was withdrawn at the issuer does not keep watching sessions on a
+    connection opened before."""
+    from trio_websocket import ConnectionClosed
+
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        config = _config(tmp_path, issuer_toml(issuer) + "clock_skew_s = 0\n")
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            url = d.url.replace("http://", "ws://") + "/ws"
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                r = await h.post("/api/sessions", json={"route": "team"}, headers=_h(issuer.mint("alice")))
+                sid = r.json()["session_id"]
+            for by_header in (True, False):
+                token = issuer.mint("alice", exp=int(time.time()) + 2)
+                headers = [("Authorization", f"Bearer {token}")] if by_header else []
+                async with open_websocket_url(url, extra_headers=headers) as ws:
+                    first = {"event": "session:subscribe", "data": {"session_id": sid}}
+                    if not by_header:
+                        first["auth"] = {"token": token}
+                    await ws.send_message(json.dumps(first))
+                    assert json.loads(await ws.get_message())["event"] == "session:subscribed"
+                    frames = []
+                    try:
+                        while True:
+                            frames.append(json.loads(await ws.get_message()))
+                    except ConnectionClosed as closed:
+                        assert closed.reason.code == 4401, closed.reason
+                    assert frames[-1]["data"]["code"] == "unauthorized" and "expired" in frames[-1]["data"]["message"], frames
+            # The canonical events stream and the change feed end then too.
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                for path in (f"/api/sessions/{sid}/events", "/api/changes"):
+                    token = issuer.mint("alice", exp=int(time.time()) + 2)
+                    async with h.stream("GET", path, headers=_h(token)) as resp:
+                        assert resp.status_code == 200
+                        async for _ in resp.aiter_raw():  # pings and events, until the stream ends
+                            pass

@@ -181,7 +181,7 @@ async def test_a_schema_2_store_is_served_after_the_upgrade_and_looked_after_bes
 
                 # The operator's commands beside the running daemon.
                 stats = json.loads(await store_command(bridge_exe, clean_env, tmp_path, "stats", "--format", "json"))
-                assert (stats["sessions"], stats["turns"], stats["open_turns"], stats["tasks"], stats["schema_version"]) == (2, 8, 0, 4, 4)
+                assert (stats["sessions"], stats["turns"], stats["open_turns"], stats["tasks"], stats["schema_version"]) == (2, 8, 0, 4, 5)
                 exported = await store_command(bridge_exe, clean_env, tmp_path, "export", A2A_CONTEXT)
                 lines = [json.loads(line) for line in exported.splitlines()]
                 assert [line["type"] for line in lines] == ["session"] + ["turn"] * 4 + ["event"] * 34 + ["task"] * 4

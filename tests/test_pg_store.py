@@ -22,6 +22,7 @@ from bridge.store import open_store, store_url
 from bridge.store import pg_conn, pg_schema, schema_ddl
 from bridge.store.pg import PgStore
 from bridge.store.pg_rows import EVENTS_CHANNEL, save_params
+from bridge.store.listing import Visible
 from bridge.store.schema_ddl import SCHEMA_VERSION
 from tests.store_support import batch, session, task, turn
 from tests.test_store_index import stored_tasks
@@ -198,13 +199,43 @@ async def test_a_schema_3_database_gets_the_front_column_and_keeps_its_rows(pg_u
     store = PgStore(pg_url)
     await store.open()
     try:
-        assert sql(pg_url, "SELECT value FROM bridge_meta") == [(str(SCHEMA_VERSION),)] == [("4",)]
+        assert sql(pg_url, "SELECT value FROM bridge_meta") == [(str(SCHEMA_VERSION),)] == [("5",)]
         got = await store.get_session("old")
         assert got is not None and (got.front, got.title, got.updated_at) == (None, "Old", 2.0)
         await store.put_session(session("new", front="mcp", updated_at=3.0))
         assert [r.session_id for r in (await store.list_sessions(front="mcp"))[0]] == ["new"]
         assert [r.session_id for r in (await store.list_sessions(front="unknown"))[0]] == ["old"]
         assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = 'sessions_by_front'") == [(1,)]
+    finally:
+        await store.close()
+
+
+@pytest.mark.trio
+async def test_a_schema_4_database_gets_the_owner_column_filled_from_meta(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 4 → 5 on PostgreSQL: each session's `owner` is what its `meta` names (''
+    otherwise), and a listing filtered by owner shows the caller's and the unowned."""
+    from bridge.store.listing import Visible
+    from tests.test_store_migration import OWNED_V4
+
+    with monkeypatch.context() as m:  # a daemon of the release before makes the database
+        m.setattr(pg_schema, "current", lambda: schema_ddl.current(schema_ddl.MIGRATIONS[:4]))
+        m.setattr(pg_schema, "SCHEMA_VERSION", 4)
+        old = PgStore(pg_url)
+        await old.open()
+        await old.close()
+    for n, (sid, meta, _) in enumerate(OWNED_V4):
+        sql(pg_url, "INSERT INTO sessions (session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta,"
+                    " last_seq, closed, turn_count, last_stop, last_cut, front) VALUES (%s, 'r', '/w', %s, 0.5, %s, NULL, '{}', %s,"
+                    " 0, 0, 0, NULL, 0, 'chat')", (sid, sid, 10.0 - n, meta))  # fmt: skip
+    store = PgStore(pg_url)
+    await store.open()
+    try:
+        assert sql(pg_url, "SELECT value FROM bridge_meta") == [("5",)]
+        assert dict(sql(pg_url, "SELECT session_id, owner FROM sessions")) == {sid: owner for sid, _, owner in OWNED_V4}
+        assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = 'sessions_by_owner'") == [(1,)]
+        assert await store.delete_session("broken")
+        page, total = await store.list_sessions(visible=Visible(owner="jwt:https://idp:alice"))
+        assert ([r.session_id for r in page], total) == (["mine", "legacy", "odd", "quoted"], 4)
     finally:
         await store.close()
 
@@ -230,6 +261,9 @@ async def test_every_read_is_served_by_an_index(pg_url: str, monkeypatch: pytest
             ("get_session", lambda: store.get_session("s1")),
             ("list_sessions", lambda: store.list_sessions(route="r", limit=2)),
             ("list_sessions by front", lambda: store.list_sessions(front="acp", status="running", q="fix", limit=2)),
+            ("list_sessions of one caller", lambda: store.list_sessions(visible=Visible(owner="me", hidden=("x",)), limit=2)),
+            ("count_sessions of one caller", lambda: store.count_sessions(visible=Visible(owner="me"))),
+            ("list_tasks of one caller", lambda: store.list_tasks(route="r", visible=Visible(owner="me"), limit=2)),
             ("read_batches", lambda: store.read_batches("s1", after_seq=2, through_seq=9, limit=4)),
             ("list_turns", lambda: store.list_turns("s1", after_seq=0, before_seq=9, limit=2, newest_first=True)),
             ("turn_at_stream_seq", lambda: store.turn_at_stream_seq("s1", 5)),
@@ -259,6 +293,9 @@ async def test_every_read_is_served_by_an_index(pg_url: str, monkeypatch: pytest
         assert "turns_by_session" in by_index["list_turns"] and "turns_by_stream" in by_index["turn_at_stream_seq"]
         assert "sessions_by_update" in by_index["prunable"] and "turns_open" in by_index["prunable"]
         assert "sessions_by_route" in by_index["list_sessions"] and "sessions_by_front" in by_index["list_sessions by front"]
+        # A caller's own sessions by the owner index, whatever the store holds of others'.
+        assert "sessions_by_owner" in by_index["list_sessions of one caller"]
+        assert "sessions_by_owner" in by_index["count_sessions of one caller"]
     finally:
         await store.close()
 

@@ -15,7 +15,8 @@ import pytest
 
 from bridge.errors import InvalidParams
 from bridge.store import Store, TaskRecord
-from bridge.store.listing import STATUSES
+from bridge.core.access import OWNER_META
+from bridge.store.listing import STATUSES, Visible
 from bridge.store.sqlite import DB_FILENAME, SqliteStore
 from tests.store_support import STORE_KINDS, batch, opened, session, task, turn
 
@@ -309,6 +310,69 @@ async def test_count_sessions_by_status_front_and_route_and_bad_filters_are_refu
             await store.list_sessions(**bad)
 
 
+# -- sessions one caller may see (issue 20) ----------------------------------------------------
+
+# (session, route, owner): "open" shows every session, "own" its caller's and unowned
+# ones, "peek" only others', "shut" none; "gone" is no configured route (its own).
+OWNED = [
+    ("o-me", "open", "me"), ("o-you", "open", "you"), ("o-nobody", "open", None),
+    ("w-me", "own", "me"), ("w-you", "own", "you"), ("w-nobody", "own", None),
+    ("p-me", "peek", "me"), ("p-you", "peek", "you"), ("p-nobody", "peek", None),
+    ("s-me", "shut", "me"), ("s-you", "shut", "you"),
+    ("g-me", "gone", "me"), ("g-you", "gone", "you"),
+]  # fmt: skip
+ME = Visible(owner="me", every=("open",), others=("peek",), hidden=("shut",))
+SEEN = ["o-me", "o-you", "o-nobody", "w-me", "w-nobody", "p-you", "g-me"]  # newest first: OWNED's order
+
+
+async def stored_owned(store: Store) -> None:
+    for n, (sid, route, owner) in enumerate(OWNED):
+        meta: dict[str, object] = {OWNER_META: owner} if owner else {}
+        await store.put_session(session(sid, route=route, meta=meta, updated_at=100.0 - n, turn_count=n % 2))
+        await store.save(session(sid, route=route, meta=meta, updated_at=100.0 - n, turn_count=n % 2),
+                         tasks=[task(f"t-{sid}", sid, route=route, status_ts=100.0 - n)])  # fmt: skip
+
+
+async def test_a_listing_shows_one_caller_only_what_it_may_see_pages_and_totals_alike(store: Store) -> None:
+    await stored_owned(store)
+    page, total = await store.list_sessions(visible=ME)
+    assert ([r.session_id for r in page], total) == (SEEN, len(SEEN))
+    for offset in range(len(SEEN)):  # full pages of what it sees: none comes short, the total is its own
+        page, total = await store.list_sessions(visible=ME, limit=2, offset=offset)
+        assert ([r.session_id for r in page], total) == (SEEN[offset : offset + 2], len(SEEN))
+    page, total = await store.list_sessions(visible=ME, route="own", status="running", limit=1)
+    assert ([r.session_id for r in page], total) == (["w-me"], 2)  # with the other filters
+    you = Visible(owner="you")  # no route named: each shows its own and the unowned
+    assert [r.session_id for r in (await store.list_sessions(visible=you))[0]] == [
+        "o-you", "o-nobody", "w-you", "w-nobody", "p-you", "p-nobody", "s-you", "g-you",
+    ]  # fmt: skip
+    assert (await store.list_sessions())[1] == len(OWNED)  # no caller named: everything, as before
+
+
+async def test_counts_are_of_what_the_caller_may_see(store: Store) -> None:
+    await stored_owned(store)
+    counts = await store.count_sessions(visible=ME)
+    assert counts["route"] == {"gone": 1, "open": 3, "own": 2, "peek": 1}
+    assert sum(counts["status"].values()) == len(SEEN) == sum(counts["front"].values())
+    assert sum((await store.count_sessions())["status"].values()) == len(OWNED)
+
+
+async def test_tasks_are_listed_by_their_sessions_owner(store: Store) -> None:
+    await stored_owned(store)
+    for route, prefix in (("open", "o-"), ("own", "w-"), ("peek", "p-"), ("shut", "s-"), ("gone", "g-")):
+        want = [f"t-{sid}" for sid in SEEN if sid.startswith(prefix)]
+        ids: list[str] = []
+        cursor = None
+        for _ in range(10):
+            page = await store.list_tasks(route=route, visible=ME, limit=1, cursor=cursor)
+            assert page.total == len(want), route  # its own total, on every page
+            ids += [t.task_id for t in page.tasks]
+            if page.next is None:
+                break
+            cursor = page.next
+        assert ids == want, route
+
+
 # -- SQLite plans --------------------------------------------------------------------------
 
 
@@ -339,6 +403,9 @@ async def test_sqlite_reads_search_indexes_never_scan_tasks_turns_or_events(tmp_
             ("list_sessions by route", lambda: store.list_sessions(route="r", limit=2)),
             ("list_sessions by front", lambda: store.list_sessions(front="acp", limit=2, offset=1)),
             ("list_sessions by front and status", lambda: store.list_sessions(front="acp", status="running", q="fix")),
+            ("list_sessions of one caller", lambda: store.list_sessions(visible=Visible(owner="me", hidden=("x",)), limit=2)),
+            ("count_sessions of one caller", lambda: store.count_sessions(visible=Visible(owner="me"))),
+            ("list_tasks of one caller", lambda: store.list_tasks(route="r", visible=Visible(owner="me"), limit=2)),
         ]
         plans: dict[str, list[tuple[str, list[str]]]] = {}
         with sqlite3.connect(tmp_path / "state" / DB_FILENAME) as plain:
@@ -364,6 +431,10 @@ async def test_sqlite_reads_search_indexes_never_scan_tasks_turns_or_events(tmp_
         assert "sessions_by_route" in by_index["list_sessions by route"]
         assert "sessions_by_front" in by_index["list_sessions by front"]
         assert "sessions_by_front" in by_index["list_sessions by front and status"]
+        # A caller's own sessions by the owner index, whatever the store holds of others'.
+        assert "sessions_by_owner" in by_index["list_sessions of one caller"]
+        assert "sessions_by_owner" in by_index["count_sessions of one caller"]
+        assert "tasks_by_route" in by_index["list_tasks of one caller"]
         for name in ("list_sessions by route", "list_sessions by front"):  # the page in the index's order
             assert not [s for _, steps in plans[name] for s in steps if "TEMP B-TREE" in s], plans[name]
     finally:

@@ -56,7 +56,7 @@ async def test_a_store_of_the_release_before_is_converted_in_place(tmp_path: Pat
     store = SqliteStore(str(state))
     await store.open()
     try:
-        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(4,)]
+        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(5,)]
 
         # Each task of the context is a row: what the A2A front recorded, its data as written.
         assert sorted(tasks_before) == sorted(r[0] for r in rows(db, "SELECT task_id FROM tasks"))
@@ -115,7 +115,7 @@ async def test_a_store_of_the_release_before_is_converted_in_place(tmp_path: Pat
             TurnEnded(seq=31, turn_id=CUT_TURN, stop_reason=StopReason.FAILED, error=CUT_TURN_ERROR)
         ]
         stats = await store.stats()
-        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 4)
+        assert (stats.sessions, stats.turns, stats.open_turns, stats.tasks, stats.events, stats.schema_version) == (2, 8, 0, 4, 65, 5)
     finally:
         await store.close()
 
@@ -279,7 +279,7 @@ async def test_a_schema_3_file_gets_the_front_column_and_keeps_its_rows(tmp_path
     store = SqliteStore(str(state))
     await store.open()
     try:
-        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(4,)]
+        assert rows(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(5,)]
         assert ("sessions_by_front",) in rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")
         old = await store.get_session("old")
         assert old is not None and (
@@ -295,5 +295,52 @@ async def test_a_schema_3_file_gets_the_front_column_and_keeps_its_rows(tmp_path
         assert [r.session_id for r in (await store.list_sessions(front="unknown"))[0]] == ["old"]
         assert [r.session_id for r in (await store.list_sessions(front="acp"))[0]] == ["new"]
         assert (await store.count_sessions())["front"] == {"acp": 1, "a2a": 0, "chat": 0, "mcp": 0, "cli": 0, "unknown": 1}
+    finally:
+        await store.close()
+
+
+# Sessions of a schema 4 file: (id, meta as stored, the owner column it must get).
+OWNED_V4 = [
+    ("mine", '{"owner":"jwt:https://idp:alice","mcpServers":[]}', "jwt:https://idp:alice"),
+    ("theirs", '{"owner":"unix::bob"}', "unix::bob"),
+    ("legacy", "{}", ""),  # made before owners were recorded: shared
+    ("odd", '{"owner":7}', ""),  # not text: nobody
+    ("broken", '{"owner":"x"', ""),  # does not decode: left unowned, not lost
+    ("quoted", '{"note":"an \\"owner\\" here"}', ""),  # the word in a value, not a key
+]
+
+
+async def test_a_schema_4_file_gets_the_owner_column_filled_from_meta(tmp_path: Path) -> None:
+    """Schema 4 → 5: each session's `owner` column is what its `meta` names (''
+    otherwise), every row kept as it was; listings filtered by owner use the new index."""
+    from bridge.store.listing import Visible
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = state / DB_FILENAME
+    conn = sqlite3.connect(db)
+    with conn:
+        for step in current(MIGRATIONS[:4]):
+            conn.execute(str(render(step, "sqlite")))
+        for n, (sid, meta, _) in enumerate(OWNED_V4):
+            conn.execute(
+                "INSERT INTO sessions (session_id, route, cwd, title, created_at, updated_at, back_ref, options, meta, last_seq,"
+                " closed, turn_count, last_stop, last_cut, front) VALUES (?, 'r', '/w', ?, 0.5, ?, NULL, '{}', ?, 0, 0, 0, NULL, 0, 'chat')",
+                (sid, sid, 10.0 - n, meta),
+            )
+        conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    before = rows(db, "SELECT * FROM sessions ORDER BY session_id")
+
+    store = SqliteStore(str(state))
+    await store.open()
+    try:
+        assert rows(db, "PRAGMA user_version") == [(5,)]
+        assert ("sessions_by_owner",) in rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")
+        assert dict(rows(db, "SELECT session_id, owner FROM sessions")) == {sid: owner for sid, _, owner in OWNED_V4}
+        assert [r[:-1] for r in rows(db, "SELECT * FROM sessions ORDER BY session_id")] == before  # the rest as it was
+        assert await store.delete_session("broken")  # its meta does not decode as a record's
+        page, total = await store.list_sessions(visible=Visible(owner="jwt:https://idp:alice"))
+        assert ([r.session_id for r in page], total) == (["mine", "legacy", "odd", "quoted"], 4)
     finally:
         await store.close()

@@ -267,10 +267,10 @@ def test_store_commands(tmp_path: Path) -> None:
 
     done = run("stats", *where)
     assert done.exit_code == 0, done.output
-    assert "sessions  3" in done.output and "tasks     3" in done.output and "(schema 4)" in done.output
+    assert "sessions  3" in done.output and "tasks     3" in done.output and "(schema 5)" in done.output
     done = run("stats", "--format", "json", *where)
     stats = json.loads(done.output)
-    assert (stats["sessions"], stats["events"], stats["schema_version"], stats["state_dir"]) == (3, 6, 4, str(state))
+    assert (stats["sessions"], stats["events"], stats["schema_version"], stats["state_dir"]) == (3, 6, 5, str(state))
 
     done = run("export", "old", *where)
     assert done.exit_code == 0, done.output
@@ -349,7 +349,7 @@ def test_store_commands_on_postgresql(tmp_path: Path, pg_url: str) -> None:
 
     done = run("stats", *where, env=env)
     assert done.exit_code == 0, done.output
-    assert "sessions  3" in done.output and "(schema 4)" in done.output and "(the database)" in done.output
+    assert "sessions  3" in done.output and "(schema 5)" in done.output and "(the database)" in done.output
     assert "not-needed-pw" not in done.output and "postgres:***@" in done.output
     stats = json.loads(run("stats", "--format", "json", *where, env=env).output)
     assert (stats["sessions"], stats["events"], stats["batches"], stats["file_bytes"] > 0) == (3, 6, 3, True)

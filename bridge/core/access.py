@@ -48,7 +48,9 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     def matches(self, identity: Identity) -> bool:
         value = _claim(identity, self.claim)
         if self.equals is not None:
-            return isinstance(value, str | int | bool) and str(value) == self.equals
+            if isinstance(value, bool):  # as JSON writes it: `equals = "true"`
+                return ("true" if value else "false") == self.equals
+            return isinstance(value, str | int) and str(value) == self.equals
         if isinstance(value, str):
             return self.contains in value.split()
         if isinstance(value, list | tuple):
@@ -81,7 +83,7 @@ def _claim(identity: Identity, name: str) -> Any:
 def owner_of(meta: Mapping[str, Any] | None) -> str | None:
     """The owner key kept in a session's meta; None when none was recorded."""
     owner = meta.get(OWNER_META) if meta else None
-    return owner if isinstance(owner, str) else None
+    return owner if isinstance(owner, str) and owner else None  # "" is nobody (the store's unowned)
 
 
 def may(access: RouteAccess | None, identity: Identity, action: Action, owner: str | None = None) -> bool:

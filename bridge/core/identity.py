@@ -8,10 +8,9 @@ outbound identity forwarding read it. Nothing here checks a credential.
 HTTP fronts carry it in the ASGI scope under `SCOPE_KEY` (`of_scope` reads it, and a
 request no front authenticated is `ANONYMOUS`).
 
-`CALLER` is who is calling in the current task, and through which front: a front sets
-it (`calling`) in the task that handles a client's request, so the session, which
-knows no protocol, can say in its audit line who began each turn (it reads it once, as
-the turn begins, in that same task).
+A turn carries the identity and front that began it (`Session.begin_turn`), so the
+session, which knows no protocol, names them in its audit line and counts them in its
+limits, on whichever instance runs it.
 """
 
 from __future__ import annotations
@@ -40,6 +39,9 @@ class Identity(msgspec.Struct, frozen=True, kw_only=True):
     via: Via = "anonymous"
     issuer: str = ""  # the JWT `iss`; "" for static tokens, Unix users and anonymous
     claims: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    # When the credential stops vouching for it (unix seconds: a JWT's `exp` plus the
+    # issuer's clock skew); None: never. A long-lived connection ends then.
+    expires_at: float | None = None
 
     @property
     def key(self) -> str:

@@ -165,11 +165,12 @@ class Authenticator:
         if key is None:
             raise AuthRefused("the token is signed with a key its issuer does not publish")
         claims = _decode(token, key, alg, issuer)
-        identity = Identity(subject=claims["sub"], via="jwt", issuer=issuer.issuer, claims=claims)
+        expires = float(claims["exp"]) + issuer.clock_skew_s
+        identity = Identity(subject=claims["sub"], via="jwt", issuer=issuer.issuer, claims=claims, expires_at=expires)
         if self.cfg.token_cache:
             if len(self._seen) >= self.cfg.token_cache:
                 self._seen.clear()
-            self._seen[token] = (identity, float(claims["exp"]) + issuer.clock_skew_s)
+            self._seen[token] = (identity, expires)
         return identity
 
     def _issuer_of(self, token: str) -> IssuerKeys:

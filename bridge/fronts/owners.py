@@ -8,19 +8,29 @@ themselves are pure (bridge/core/access.py, `[routes.NAME.access]`).
 A caller that may neither watch nor list a session is told it does not exist
 (NotFound, the same answer as for an id nobody has), so ids of others' sessions are not
 confirmed; one that may watch but not do the thing asked gets Forbidden.
+
+Listings are filtered in the store's query (`visibility`, bridge/store/listing.py
+`Visible`), so a page is full and its total counts only what the caller may see. Once
+any route has rules, a session of a route that is no longer configured is its owner's
+only (as on a route whose table is empty).
 """
 
 from __future__ import annotations
 
+import pwd
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from bridge.config import Config
-from bridge.core.access import OWNER_META, Action, may, owner_of
+from bridge.core.access import OWNER_META, Action, RouteAccess, may, owner_of
 from bridge.core.identity import Identity
 from bridge.errors import Forbidden, NotFound
+from bridge.store.listing import Visible
 
-__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "visible"]
+__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "unix_identity", "usable", "visibility", "visible"]
+
+# The rules of a route that is not configured (any more), once others have rules.
+_UNCONFIGURED = RouteAccess()
 
 _R = TypeVar("_R")
 
@@ -28,6 +38,50 @@ _R = TypeVar("_R")
 def ruled(config: Config) -> bool:
     """Whether any route has an access table (else no check needs the stored record)."""
     return any(r.access is not None for r in config.routes.values())
+
+
+def _access(config: Config, route: str) -> RouteAccess | None:
+    found = config.routes.get(route)
+    if found is not None:
+        return found.access
+    return _UNCONFIGURED if ruled(config) else None
+
+
+def visibility(config: Config, identity: Identity) -> Visible | None:
+    """What `identity` sees in a listing, for the store's query; None (everything) when
+    no route has rules, so a listing costs what it did before rules existed."""
+    if not ruled(config):
+        return None
+    every: list[str] = []
+    others: list[str] = []
+    hidden: list[str] = []
+    for name, route in sorted(config.routes.items()):
+        access = route.access
+        if access is None:
+            every.append(name)
+            continue
+        own = may(access, identity, "start")
+        theirs = any(rule.matches(identity) for rule in access.listing)
+        if own and theirs:
+            every.append(name)
+        elif theirs:
+            others.append(name)
+        elif not own:
+            hidden.append(name)
+    return Visible(owner=identity.key, every=tuple(every), others=tuple(others), hidden=tuple(hidden))
+
+
+def usable(config: Config, identity: Identity, route: str) -> bool:
+    """Whether `identity` may do anything on `route`: start sessions, or list, watch, use
+    or answer others'. A route it may not is left out of what it is shown of the routes
+    (`/api/routes`, MCP `tools/list`)."""
+    found = config.routes.get(route)
+    if found is None or found.access is None:
+        return found is not None
+    access = found.access
+    if may(access, identity, "start"):
+        return True
+    return any(rule.matches(identity) for rules in (access.listing, access.watch, access.use, access.answer) for rule in rules)
 
 
 def owned_by(identity: Identity, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -45,8 +99,7 @@ def check_start(config: Config, route: str, identity: Identity) -> None:
 def check(config: Config, record: Any, identity: Identity, action: Action) -> None:
     """NotFound or Forbidden unless `identity` may do `action` with the session of `record`
     (a SessionRecord: its `route`, `session_id` and `meta`)."""
-    route = config.routes.get(record.route)
-    access = route.access if route is not None else None
+    access = _access(config, record.route)
     if access is None:
         return
     owner = owner_of(record.meta)
@@ -71,10 +124,21 @@ async def get_checked(manager: Any, session_id: str, identity: Identity, action:
 
 
 def visible(config: Config, records: Iterable[_R], identity: Identity) -> list[_R]:
-    """The records `identity` may see in a listing."""
+    """The records `identity` may see in a listing (one by one: a listing asks the store
+    with `visibility` instead)."""
     out: list[_R] = []
     for record in records:
-        route = config.routes.get(record.route)  # type: ignore[attr-defined]
-        if route is None or route.access is None or may(route.access, identity, "list", owner_of(record.meta)):  # type: ignore[attr-defined]
+        access = _access(config, record.route)  # type: ignore[attr-defined]
+        if access is None or may(access, identity, "list", owner_of(record.meta)):  # type: ignore[attr-defined]
             out.append(record)
     return out
+
+
+def unix_identity(uid: int) -> Identity:
+    """A Unix user as a caller (an ACP socket peer, or the user who started a stdio
+    front): its name when the system knows one, else its uid."""
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return Identity(subject=name, via="unix", claims={"uid": uid})

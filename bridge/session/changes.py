@@ -21,6 +21,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from bridge.store import SessionRecord
+
 __all__ = ["ChangeListener", "Changes"]
 
 log = logging.getLogger("bridge.session")
@@ -30,8 +32,9 @@ class ChangeListener(Protocol):
     def changed(self, session_id: str) -> None:
         """The session changed as a listing shows it; must not block."""
 
-    def deleted(self, session_id: str) -> None:
-        """The session was deleted; must not block."""
+    def deleted(self, session_id: str, record: SessionRecord | None = None) -> None:
+        """The session was deleted (`record`: what it was, for who may hear of it; None:
+        not known); must not block."""
 
 
 class Changes:
@@ -59,10 +62,10 @@ class Changes:
             except Exception:
                 self._failed(listener)
 
-    def deleted(self, session_id: str) -> None:
+    def deleted(self, session_id: str, record: SessionRecord | None = None) -> None:
         for listener in self._listeners:
             try:
-                listener.deleted(session_id)
+                listener.deleted(session_id, record)
             except Exception:
                 self._failed(listener)
 

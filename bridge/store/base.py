@@ -40,6 +40,7 @@ from typing import Protocol
 import msgspec
 
 from bridge.core.events import StopReason, TurnEnded, TurnError, encode_events
+from bridge.store.visible import Visible
 
 __all__ = [
     "CUT_META_KEY",
@@ -208,15 +209,17 @@ class Store(Protocol):
 
     async def list_sessions(
         self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
-        front: str | None = None, status: str | None = None, q: str | None = None,
+        front: str | None = None, status: str | None = None, q: str | None = None, visible: Visible | None = None,
     ) -> tuple[list[SessionRecord], int]:  # fmt: skip
         """Newest `updated_at` first (ties: session_id); returns (page, total matching).
         Records come with their `states`. `front`, `status` and `q` (a title search) are
-        the filters of bridge/store/listing.py; a value outside their sets is `InvalidParams`."""
+        the filters of bridge/store/listing.py; a value outside their sets is `InvalidParams`.
+        `visible`: only the sessions one caller may see (page and total alike)."""
 
-    async def count_sessions(self) -> dict[str, dict[str, int]]:
+    async def count_sessions(self, *, visible: Visible | None = None) -> dict[str, dict[str, int]]:
         """{"status": {...}, "front": {...}, "route": {...}}: how many sessions have each
-        (bridge/store/listing.py `fold_counts`), from one pass over the session rows."""
+        (bridge/store/listing.py `fold_counts`), from one pass over the session rows
+        (those `visible` shows, when given)."""
 
     async def delete_session(self, session_id: str) -> bool:
         """Remove the session, its turns, tasks, states and events; False if it did not exist."""
@@ -255,11 +258,12 @@ class Store(Protocol):
 
     async def list_tasks(
         self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
-        limit: int = 50, cursor: tuple[float, str] | None = None,
+        limit: int = 50, cursor: tuple[float, str] | None = None, visible: Visible | None = None,
     ) -> TaskPage:  # fmt: skip
         """The route's tasks (or one context's), newest `status_ts` first (ties: task_id),
         with `state` equal and `status_ts` > `after_ts` when given, starting after
-        `cursor` (the `next` of the page before)."""
+        `cursor` (the `next` of the page before). `visible`: only the tasks of sessions
+        one caller may see (by its session's owner; page and total alike)."""
 
     async def close_cut_turns(self) -> list[TurnRecord]:
         """End every turn with no end whose owner is gone (see the module docstring),

@@ -14,6 +14,12 @@ counts cost the same however long the sessions' histories are:
 `where` gives the SQL filters of SQLite and PostgreSQL (their placeholders differ) and
 `matches` the same filters for the memory store; `fold_counts` turns the rows of the
 one GROUP BY of `COUNT_SQL` into the counts by status, front and route.
+
+`Visible` is the one caller's view when routes have access rules (README: "Access
+control"): which sessions it may see in a listing, by route and by the session's
+`owner` column (its owner's identity key, '' when it has none; bridge/core/access.py).
+It filters in the query, so a page holds `limit` sessions the caller may see and the
+total and counts are of those only: nobody learns how many sessions others have.
 """
 
 from __future__ import annotations
@@ -21,10 +27,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from bridge.core.access import owner_of
 from bridge.errors import InvalidParams
 from bridge.store.base import SessionRecord
+from bridge.store.visible import Visible
 
-__all__ = ["COUNT_SQL", "FRONTS", "MAX_QUERY", "STATUSES", "UNKNOWN_FRONT", "fold_counts", "matches", "status_of", "where"]
+__all__ = [
+    "COUNT_SQL", "FRONTS", "MAX_QUERY", "STATUSES", "UNKNOWN_FRONT", "Visible", "count_sql", "fold_counts", "matches",
+    "status_of", "visible_sql", "where",
+]  # fmt: skip
 
 STATUSES = ("created", "running", "waiting_for_input", "completed", "failed", "interrupted")
 # The fronts that open sessions (the subscriber `protocol` labels, bridge/session/interfaces.py,
@@ -50,6 +61,39 @@ COUNT_SQL = (
     "SELECT route, front, turn_count > 0, last_stop, last_cut, COUNT(*) FROM sessions "
     "GROUP BY route, front, turn_count > 0, last_stop, last_cut"
 )
+
+
+def visible_sql(dialect: Literal["sqlite", "pg"], visible: Visible, table: str = "") -> tuple[str, list[Any]]:
+    """`visible` as one SQL condition on the sessions table (its columns prefixed by
+    `table`) and its parameters. Its own sessions are read by `sessions_by_owner`."""
+    mark = "?" if dialect == "sqlite" else "%s"
+    t = f"{table}." if table else ""
+
+    def among(routes: tuple[str, ...]) -> str:
+        return ", ".join([mark] * len(routes))
+
+    parts: list[str] = []
+    params: list[Any] = []
+    if visible.every:
+        parts.append(f"{t}route IN ({among(visible.every)})")
+        params += visible.every
+    not_own = (*visible.others, *visible.hidden)
+    own = f"{t}owner IN ({mark}, '')"
+    parts.append(f"({own} AND {t}route NOT IN ({among(not_own)}))" if not_own else own)
+    params += [visible.owner, *not_own]
+    if visible.others:
+        parts.append(f"({t}owner NOT IN ({mark}, '') AND {t}route IN ({among(visible.others)}))")
+        params += [visible.owner, *visible.others]
+    return "(" + " OR ".join(parts) + ")", params
+
+
+def count_sql(dialect: Literal["sqlite", "pg"], visible: Visible | None) -> tuple[str, list[Any]]:
+    """`COUNT_SQL` over the sessions `visible` lets its caller see (all: None)."""
+    if visible is None:
+        return COUNT_SQL, []
+    cond, params = visible_sql(dialect, visible)
+    select, group = COUNT_SQL.split(" GROUP BY ")
+    return f"{select} WHERE {cond} GROUP BY {group}", params
 
 
 def status_of(turns: int | bool, last_stop: str | None, last_cut: int | bool) -> str:
@@ -79,10 +123,11 @@ def _like(q: str) -> str:
 
 def where(
     dialect: Literal["sqlite", "pg"], *, route: str | None = None, cwd: str | None = None, front: str | None = None,
-    status: str | None = None, q: str | None = None,
+    status: str | None = None, q: str | None = None, visible: Visible | None = None,
 ) -> tuple[str, list[Any]]:  # fmt: skip
     """`WHERE ...` (or "") and its parameters. Route and front are indexed
-    (`sessions_by_route`, `sessions_by_front`); the others filter rows read in order."""
+    (`sessions_by_route`, `sessions_by_front`), and so is the owner (`sessions_by_owner`);
+    the others filter rows read in order."""
     _check(status, front, q)
     mark = "?" if dialect == "sqlite" else "%s"
     clauses: list[str] = []
@@ -102,17 +147,22 @@ def where(
         # SQLite's LIKE ignores the case of ASCII letters; PostgreSQL's ILIKE of every letter.
         clauses.append(f"title {'LIKE' if dialect == 'sqlite' else 'ILIKE'} {mark} ESCAPE '\\'")
         params.append(_like(q))
+    if visible is not None:
+        cond, more = visible_sql(dialect, visible)
+        clauses.append(cond)
+        params += more
     return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
 def matches(
     r: SessionRecord, *, route: str | None = None, cwd: str | None = None, front: str | None = None,
-    status: str | None = None, q: str | None = None,
+    status: str | None = None, q: str | None = None, visible: Visible | None = None,
 ) -> bool:  # fmt: skip
     """`where`'s filters on a record (the memory store)."""
     _check(status, front, q)
     return (
-        (route is None or r.route == route)
+        (visible is None or visible.shows(r.route, owner_of(r.meta)))
+        and (route is None or r.route == route)
         and (cwd is None or r.cwd == cwd)
         and (front is None or (r.front or UNKNOWN_FRONT) == front)
         and (status is None or status_of(r.turn_count, r.last_stop, r.last_cut) == status)

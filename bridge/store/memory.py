@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
+from bridge.core.access import owner_of
 from bridge.errors import InternalError
 from bridge.store import listing
 from bridge.store.base import (
@@ -68,17 +69,23 @@ class MemoryStore:
 
     async def list_sessions(
         self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
-        front: str | None = None, status: str | None = None, q: str | None = None,
+        front: str | None = None, status: str | None = None, q: str | None = None, visible: listing.Visible | None = None,
     ) -> tuple[list[SessionRecord], int]:  # fmt: skip
-        matching = [s for s in self._sessions.values() if listing.matches(s, route=route, cwd=cwd, front=front, status=status, q=q)]
+        matching = [
+            s for s in self._sessions.values()
+            if listing.matches(s, route=route, cwd=cwd, front=front, status=status, q=q, visible=visible)
+        ]  # fmt: skip
         # Newest first, ties by session_id ascending: sort by id, then stably by time.
         matching.sort(key=lambda s: s.session_id)
         matching.sort(key=lambda s: s.updated_at, reverse=True)
         page = matching[offset : offset + limit]
         return [_copy(s) for s in page], len(matching)
 
-    async def count_sessions(self) -> dict[str, dict[str, int]]:
-        return listing.fold_counts((s.route, s.front, s.turn_count, s.last_stop, s.last_cut, 1) for s in self._sessions.values())
+    async def count_sessions(self, *, visible: listing.Visible | None = None) -> dict[str, dict[str, int]]:
+        return listing.fold_counts(
+            (s.route, s.front, s.turn_count, s.last_stop, s.last_cut, 1) for s in self._sessions.values()
+            if visible is None or visible.shows(s.route, owner_of(s.meta))
+        )  # fmt: skip
 
     async def delete_session(self, session_id: str) -> bool:
         self._batches.pop(session_id, None)
@@ -156,12 +163,13 @@ class MemoryStore:
 
     async def list_tasks(
         self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
-        limit: int = 50, cursor: tuple[float, str] | None = None,
+        limit: int = 50, cursor: tuple[float, str] | None = None, visible: listing.Visible | None = None,
     ) -> TaskPage:  # fmt: skip
         matching = sorted(
             (t for t in self._tasks.values()
              if t.route == route and (context_id is None or t.context_id == context_id)
-             and (state is None or t.state == state) and (after_ts is None or t.status_ts > after_ts)),
+             and (state is None or t.state == state) and (after_ts is None or t.status_ts > after_ts)
+             and (visible is None or self._shows(visible, t))),
             key=_task_order,
         )  # fmt: skip
         rest = matching if cursor is None else [t for t in matching if _task_order(t) > (-cursor[0], cursor[1])]
@@ -171,6 +179,10 @@ class MemoryStore:
             tasks=[_copy(t) for t in page], total=len(matching),
             next=(page[-1].status_ts, page[-1].task_id) if more and page else None,
         )
+
+    def _shows(self, visible: listing.Visible, task: TaskRecord) -> bool:
+        session = self._sessions.get(task.session_id)
+        return session is not None and visible.shows(session.route, owner_of(session.meta))
 
     async def close_cut_turns(self) -> list[TurnRecord]:
         closed: list[TurnRecord] = []

@@ -149,9 +149,9 @@ class PgStore:
 
     async def list_sessions(
         self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
-        front: str | None = None, status: str | None = None, q: str | None = None,
+        front: str | None = None, status: str | None = None, q: str | None = None, visible: listing.Visible | None = None,
     ) -> tuple[list[SessionRecord], int]:  # fmt: skip
-        where, params = listing.where("pg", route=route, cwd=cwd, front=front, status=status, q=q)
+        where, params = listing.where("pg", route=route, cwd=cwd, front=front, status=status, q=q, visible=visible)
         # One statement (one snapshot): the total beside the page, an empty page one row of NULLs.
         sql = (
             f"WITH s AS (SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY updated_at DESC, session_id "
@@ -162,8 +162,9 @@ class PgStore:
         rows = await self._run(lambda c: c.execute(sql, [*params, limit, offset, *params]).fetchall())
         return sessions_with_states(rows, skip=1), rows[0][0]
 
-    async def count_sessions(self) -> dict[str, dict[str, int]]:
-        return await self._run(lambda c: listing.fold_counts(c.execute(listing.COUNT_SQL).fetchall()))
+    async def count_sessions(self, *, visible: listing.Visible | None = None) -> dict[str, dict[str, int]]:
+        sql, params = listing.count_sql("pg", visible)
+        return await self._run(lambda c: listing.fold_counts(c.execute(sql, params).fetchall()))
 
     async def delete_session(self, session_id: str) -> bool:
         return await self._run(lambda c: pg_ops.delete_sessions(c, [session_id]) > 0)
@@ -232,11 +233,15 @@ class PgStore:
 
     async def list_tasks(
         self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
-        limit: int = 50, cursor: tuple[float, str] | None = None,
+        limit: int = 50, cursor: tuple[float, str] | None = None, visible: listing.Visible | None = None,
     ) -> TaskPage:  # fmt: skip
         clauses, params = _filters(
             ("route = %s", route), ("context_id = %s", context_id), ("state = %s", state), ("status_ts > %s", after_ts)
         )
+        if visible is not None:  # by its session's owner: one primary-key probe per task read
+            cond, more = listing.visible_sql("pg", visible, "s")
+            clauses.append(f"EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = tasks.session_id AND {cond})")
+            params += more
         where = " AND ".join(clauses)
         page_where, page_params = where, list(params)
         if cursor is not None:  # keyset: after the last task of the page before (`<=`: a bound the index uses)

@@ -20,7 +20,8 @@ import msgspec
 
 from bridge.store.base import SessionRecord, TaskRecord, TurnRecord
 from bridge.store.sqlite_rows import (
-    SESSION_COLUMNS, TASK_COLUMNS, TURN_COLUMNS, session_record, session_row, state_rows, task_row, turn_row,
+    SESSION_COLUMNS, SESSION_WRITE_COLUMNS, TASK_COLUMNS, TURN_COLUMNS, session_record, session_row, state_rows, task_row,
+    turn_row,
 )  # fmt: skip
 
 __all__ = [
@@ -54,7 +55,7 @@ def values(columns: str, rows: int = 1) -> str:
     return "VALUES " + ", ".join([one] * rows)
 
 
-PUT_SESSION = upsert("sessions", SESSION_COLUMNS, "session_id", values(SESSION_COLUMNS))
+PUT_SESSION = upsert("sessions", SESSION_WRITE_COLUMNS, "session_id", values(SESSION_WRITE_COLUMNS))
 PUT_TURN = upsert("turns", _TURN_OWNER_COLUMNS, "turn_id", values(_TURN_OWNER_COLUMNS))
 PUT_BATCH = "INSERT INTO events (session_id, first_seq, last_seq, blob) VALUES (%s, %s, %s, %s)"
 # A session and its states in one read: one row per state (NULLs for a session with none).

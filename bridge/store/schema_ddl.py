@@ -16,11 +16,13 @@ TEXT in both, encoded by the stores' row code (bridge/store/sqlite_rows.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
 
+from bridge.core.access import OWNER_META, owner_of
 from bridge.errors import ConfigError
 from bridge.store.split_meta import split_meta
 
@@ -30,6 +32,7 @@ __all__ = [
 ]  # fmt: skip
 
 Dialect = Literal["sqlite", "pg"]
+_META = msgspec.json.Decoder(dict[str, object])
 TEXT, REAL, INT, BLOB = "text", "real", "int", "blob"
 _TYPES: dict[str, dict[Dialect, str]] = {
     TEXT: {"sqlite": "TEXT", "pg": "TEXT"},
@@ -92,6 +95,22 @@ class Convert(msgspec.Struct, frozen=True):
 
 Step = Table | AddColumn | Index | DropIndex | Convert
 
+
+def fill_owners(c: Any, *, mark: str) -> None:
+    """Schema 4 → 5: each session's `owner` column from the `OWNER_META` its meta names
+    (a meta that does not decode, or names no owner as text, leaves it '': unowned)."""
+    found: list[tuple[str, str]] = []
+    rows = c.execute(f"SELECT session_id, meta FROM sessions WHERE meta LIKE {mark}", ('%"' + OWNER_META + '"%',)).fetchall()
+    for sid, meta in rows:
+        try:
+            owner = owner_of(_META.decode(meta))
+        except msgspec.DecodeError:
+            continue
+        if owner is not None:
+            found.append((owner, sid))
+    for owner, sid in found:
+        c.execute(f"UPDATE sessions SET owner = {mark} WHERE session_id = {mark}", (owner, sid))
+
 _S = Col("session_id", TEXT)
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     # 0 -> 1: the first schema.
@@ -146,6 +165,13 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (
         AddColumn("sessions", Col("front", TEXT, null=True)),
         Index("sessions_by_front", "sessions", "front, updated_at DESC, session_id"),
+    ),
+    # 4 -> 5: the owner of each session (issue 20: the identity key `meta` names, ''
+    # for none), so a caller's listing is filtered in the query, its own by index.
+    (
+        AddColumn("sessions", Col("owner", TEXT, default="''")),
+        Index("sessions_by_owner", "sessions", "owner, updated_at DESC, session_id"),
+        Convert(sqlite=functools.partial(fill_owners, mark="?"), pg=functools.partial(fill_owners, mark="%s")),
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -186,9 +186,9 @@ class SqliteStore:
 
     async def list_sessions(
         self, *, route: str | None = None, cwd: str | None = None, limit: int = 50, offset: int = 0,
-        front: str | None = None, status: str | None = None, q: str | None = None,
+        front: str | None = None, status: str | None = None, q: str | None = None, visible: listing.Visible | None = None,
     ) -> tuple[list[SessionRecord], int]:  # fmt: skip
-        where, params = listing.where("sqlite", route=route, cwd=cwd, front=front, status=status, q=q)
+        where, params = listing.where("sqlite", route=route, cwd=cwd, front=front, status=status, q=q, visible=visible)
         count_sql = f"SELECT COUNT(*) FROM sessions {where}"
         page_sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
 
@@ -199,8 +199,9 @@ class SqliteStore:
 
         return await self._run(body, write=False)
 
-    async def count_sessions(self) -> dict[str, dict[str, int]]:
-        return await self._run(lambda c: listing.fold_counts(c.execute(listing.COUNT_SQL).fetchall()), write=False)
+    async def count_sessions(self, *, visible: listing.Visible | None = None) -> dict[str, dict[str, int]]:
+        sql, params = listing.count_sql("sqlite", visible)
+        return await self._run(lambda c: listing.fold_counts(c.execute(sql, params).fetchall()), write=False)
 
     async def delete_session(self, session_id: str) -> bool:
         return await self._run(lambda c: sqlite_ops.delete_sessions(c, [session_id]) > 0)
@@ -279,11 +280,15 @@ class SqliteStore:
 
     async def list_tasks(
         self, *, route: str, context_id: str | None = None, state: str | None = None, after_ts: float | None = None,
-        limit: int = 50, cursor: tuple[float, str] | None = None,
+        limit: int = 50, cursor: tuple[float, str] | None = None, visible: listing.Visible | None = None,
     ) -> TaskPage:  # fmt: skip
         clauses, params = _filters(
             ("route = ?", route), ("context_id = ?", context_id), ("state = ?", state), ("status_ts > ?", after_ts)
         )
+        if visible is not None:  # by its session's owner: one primary-key probe per task read
+            cond, more = listing.visible_sql("sqlite", visible, "s")
+            clauses.append(f"EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = tasks.session_id AND {cond})")
+            params += more
         where = " AND ".join(clauses)
         count_sql = f"SELECT COUNT(*) FROM tasks WHERE {where}"
         page_where, page_params = where, list(params)

@@ -1,7 +1,9 @@
 """Rows of the SQLite store: its columns and statements, and records to rows and back.
 
 JSON columns (`options`, `meta`, a front state's and a task's `data`) are encoded with
-msgspec; `meta` and `data` decode as plain JSON objects (bridge/store/base.py).
+msgspec; `meta` and `data` decode as plain JSON objects (bridge/store/base.py). A
+session row also keeps the owner its `meta` names as a column of its own (written,
+never read back: `meta` is the record's), for listings filtered by owner.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from typing import Any
 
 import msgspec
 
+from bridge.core.access import owner_of
 from bridge.store.base import SessionRecord, TaskRecord, TurnRecord
 
 __all__ = [
-    "DROP_STATE", "PUT_BATCH", "PUT_SESSION", "PUT_STATE", "PUT_TASK", "PUT_TURN", "SESSION_COLUMNS", "TASK_COLUMNS",
-    "TURN_COLUMNS", "json_text", "session_record", "session_row", "state_rows", "task_record", "task_row",
+    "DROP_STATE", "PUT_BATCH", "PUT_SESSION", "PUT_STATE", "PUT_TASK", "PUT_TURN", "SESSION_COLUMNS", "SESSION_WRITE_COLUMNS",
+    "TASK_COLUMNS", "TURN_COLUMNS", "json_text", "session_record", "session_row", "state_rows", "task_record", "task_row",
     "turn_record", "turn_row", "with_states",
 ]  # fmt: skip
 
@@ -32,7 +35,9 @@ SESSION_COLUMNS = (
 )
 TURN_COLUMNS = "turn_id, session_id, started_at, first_seq, ended_at, last_seq, stop_reason, error, meta, stream_seq"
 TASK_COLUMNS = "task_id, session_id, route, context_id, created_at, turn_id, state, status_ts, data"
-PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+# What a row is written with: the record's columns and its owner ('' for none).
+SESSION_WRITE_COLUMNS = f"{SESSION_COLUMNS}, owner"
+PUT_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_WRITE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 PUT_TURN = f"INSERT OR REPLACE INTO turns ({TURN_COLUMNS}, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 PUT_TASK = f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
 PUT_STATE = "INSERT OR REPLACE INTO front_states (session_id, key, data) VALUES (?,?,?)"
@@ -48,6 +53,7 @@ def session_row(r: SessionRecord) -> tuple[Any, ...]:
     return (
         r.session_id, r.route, r.cwd, r.title, r.created_at, r.updated_at, r.back_ref,
         json_text(r.options), json_text(r.meta), r.last_seq, int(r.closed), r.turn_count, r.last_stop, int(r.last_cut), r.front,
+        owner_of(r.meta) or "",
     )  # fmt: skip
 
 

@@ -49,6 +49,7 @@ from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
 from bridge.core.identity import of_scope
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, RateLimited, codes_for
+from bridge.fronts import owners
 from bridge.fronts.a2a.access import TaskAccess
 from bridge.fronts.a2a.push import PushService
 from bridge.fronts.a2a.remote import follow
@@ -330,7 +331,7 @@ class A2AFront:
         if op == "get_task":
             return (await self.tasks.task(name, req.id)).snapshot(history_length=_history(req.history_length))
         if op == "list_tasks":
-            return await self.access.listable(route, of_scope(scope), await self.tasks.list(name, req))
+            return await self.tasks.list(name, req, owners.visibility(self.manager.config, of_scope(scope)))
         if op == "cancel":
             return (await self.tasks.cancel(name, req.id)).snapshot()
         if op == "create_push_config":

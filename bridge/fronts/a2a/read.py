@@ -31,6 +31,7 @@ from bridge.fronts.a2a.state import Kept, decode_task
 from bridge.schema import a2a as s
 from bridge.session import SessionManager
 from bridge.store import TaskRecord, TurnRecord
+from bridge.store.listing import Visible
 
 __all__ = ["list_tasks", "replay", "replay_through"]
 
@@ -105,7 +106,7 @@ async def replay_through(
     return Kept(record, task, projector, writable=writable), events[-1].seq if events else 0
 
 
-async def list_tasks(service: Any, route: str, req: s.ListTasksRequest) -> s.ListTasksResponse:
+async def list_tasks(service: Any, route: str, req: s.ListTasksRequest, visible: Visible | None = None) -> s.ListTasksResponse:
     size = req.page_size if req.page_size is not None else 50
     if not 1 <= size <= 100:
         raise InvalidParams(f"pageSize must be between 1 and 100, got {size}")
@@ -118,7 +119,8 @@ async def list_tasks(service: Any, route: str, req: s.ListTasksRequest) -> s.Lis
     for live in list(service.live.values()):  # running tasks' rows as they are now
         await live.session.flush()
     page = await service.manager.store.list_tasks(
-        route=route, context_id=req.context_id or None, state=req.status or None, after_ts=after, limit=size, cursor=cursor
+        route=route, context_id=req.context_id or None, state=req.status or None, after_ts=after, limit=size, cursor=cursor,
+        visible=visible,
     )
     tasks = []
     for record in page.tasks:

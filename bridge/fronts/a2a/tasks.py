@@ -53,6 +53,7 @@ from bridge.fronts.a2a.waiting import WaitingStreams
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
 from bridge.store import TaskRecord
+from bridge.store.listing import Visible
 
 __all__ = ["TaskService"]
 
@@ -243,7 +244,8 @@ class TaskService:
             raise NotFound(f"unknown contextId {context_id!r}: omit contextId to start a new conversation") from None
         state = session.find_front_state(A2AContext)
         if session.record.route != route or state is None or state.ctx:
-            raise NotFound(f"unknown contextId {context_id!r} on this agent")
+            # Said as for an id nobody has: a context of another route is not confirmed.
+            raise NotFound(f"unknown contextId {context_id!r}: omit contextId to start a new conversation")
         return session
 
     async def _session_for(self, route: str, context_id: str) -> Session:
@@ -400,8 +402,9 @@ class TaskService:
         return projector
 
     # -- listing ---------------------------------------------------------------------------------
-    async def list(self, route: str, req: s.ListTasksRequest) -> s.ListTasksResponse:
-        return await list_tasks(self, route, req)
+    async def list(self, route: str, req: s.ListTasksRequest, visible: Visible | None = None) -> s.ListTasksResponse:
+        """`visible`: only the tasks of contexts one caller may list (bridge/fronts/owners.py)."""
+        return await list_tasks(self, route, req, visible)
 
 
 def _holds_a_task(session: Session) -> bool:

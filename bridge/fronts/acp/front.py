@@ -20,7 +20,6 @@ import base64
 import datetime as dt
 import logging
 import os
-import pwd
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,7 +64,7 @@ from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
 from bridge.transport.ndjson import ANSWERED, NdjsonConnection, receive_frames
 
-__all__ = ["AcpConnection", "serve_acp", "unix_identity"]
+__all__ = ["AcpConnection", "serve_acp"]
 
 log = logging.getLogger("bridge.fronts.acp.front")
 
@@ -79,16 +78,7 @@ async def serve_acp(
 ) -> None:
     """Serve one ACP client until it closes its end: over stdio, the user who started us
     (the editor that spawned this process runs as that user)."""
-    await AcpConnection(receive, send, manager=manager, config=config, route=route, identity=unix_identity(os.getuid())).run()
-
-
-def unix_identity(uid: int) -> Identity:
-    """A Unix user as a caller: its name when the system knows one, else its uid."""
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = str(uid)
-    return Identity(subject=name, via="unix", claims={"uid": uid})
+    await AcpConnection(receive, send, manager=manager, config=config, route=route, identity=owners.unix_identity(os.getuid())).run()
 
 
 class AcpConnection:
@@ -338,10 +328,10 @@ class AcpConnection:
         except ValueError as exc:
             raise InvalidParams(f"invalid cursor {p.cursor!r}") from exc
         records, total = await self.manager.store.list_sessions(
-            route=self.route_name, cwd=p.cwd, limit=page, offset=offset
-        )
+            route=self.route_name, cwd=p.cwd, limit=page, offset=offset,
+            visible=owners.visibility(self.manager.config, self.identity),  # what this caller may list, in the query
+        )  # fmt: skip
         nxt = offset + len(records)
-        records = owners.visible(self.manager.config, records, self.identity)  # a page may come short
         return acp.ListSessionsResult(
             sessions=[
                 acp.SessionInfo(

@@ -29,7 +29,8 @@ import trio
 
 from bridge.codecs import safejson
 from bridge.core.identity import ANONYMOUS, Identity
-from bridge.fronts.acp.front import AcpConnection, unix_identity
+from bridge.fronts import owners
+from bridge.fronts.acp.front import AcpConnection
 from bridge.session import SessionManager
 
 __all__ = ["AcpSocketFront", "bind_unix"]
@@ -210,7 +211,7 @@ def peer_identity(sock: Any) -> Identity:
         _pid, uid, _gid = struct.unpack("3i", creds)
     except (OSError, AttributeError, struct.error):  # not Linux, or not a unix socket
         return ANONYMOUS
-    return unix_identity(uid)
+    return owners.unix_identity(uid)
 
 
 async def _answer(stream: trio.SocketStream, body: dict[str, Any]) -> None:

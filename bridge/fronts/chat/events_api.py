@@ -24,7 +24,9 @@ it reconnects with `Last-Event-ID` and reads the rest from the store.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
@@ -36,7 +38,7 @@ from bridge.codecs import safejson
 from bridge.codecs.sse import encode_event
 from bridge.config import Config
 from bridge.core.content import TextContent
-from bridge.core.identity import of_scope
+from bridge.core.identity import Identity, of_scope
 from bridge.fronts import owners
 from bridge.core.events import Event
 from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
@@ -47,7 +49,7 @@ from bridge.fronts.http import Scope, header, read_body
 from bridge.schema.chat_api import AnswerBody, CancelBody, PromptBody
 from bridge.session import SessionManager
 
-__all__ = ["CanonicalApi", "Slots", "event_frame", "query_ints", "sse_handler"]
+__all__ = ["CanonicalApi", "Slots", "event_frame", "expiry", "query_ints", "sse_handler"]
 
 log = logging.getLogger("bridge.fronts.chat.events")
 
@@ -192,7 +194,7 @@ class _Gone:
     def changed(self, session_id: str) -> None:
         pass
 
-    def deleted(self, session_id: str) -> None:
+    def deleted(self, session_id: str, record: Any = None) -> None:
         if session_id == self.session_id:
             self.out.close(_GONE)
 
@@ -230,7 +232,7 @@ class CanonicalApi:
             start = await self._tail_start(session, min(q["tail_turns"], _MAX_TURNS), q.get("through"))
         else:
             start = 0
-        return session, start, q.get("through")
+        return session, start, q.get("through"), of_scope(scope)
 
     async def _tail_start(self, session: Any, k: int, through: int | None) -> int:
         """Before the first event of the `k`-th newest turn (0: there are no more turns);
@@ -240,8 +242,10 @@ class CanonicalApi:
         turns = await self.manager.store.list_turns(session.id, before_seq=before, newest_first=True, limit=k + 1)
         return turns[k - 1].first_seq - 1 if len(turns) > k else 0
 
-    async def serve_events(self, opened: tuple[Any, int, int | None], send: Any, receive: Any, cors: list[tuple[str, str]]) -> None:
-        session, start, through = opened
+    async def serve_events(
+        self, opened: tuple[Any, int, int | None, Identity], send: Any, receive: Any, cors: list[tuple[str, str]]
+    ) -> None:
+        session, start, through, who = opened
         out = self.out()
         follower = None
         undo: list[Any] = []
@@ -274,7 +278,8 @@ class CanonicalApi:
                 follower.release(after)  # no await since the last read: no event slips between
 
         try:
-            await self.serve_out(out, send, receive, cors, prologue=replay, also=(lambda: _closed(session),))
+            also = (lambda: _closed(session), functools.partial(expiry, who))
+            await self.serve_out(out, send, receive, cors, prologue=replay, also=also)
         finally:
             out.close()
 
@@ -311,6 +316,14 @@ async def _closed(session: Any) -> None:
         session = getattr(session, "moved_to", None)
         if session is None:
             return
+
+
+async def expiry(who: Identity) -> None:
+    """Returns when `who`'s credential stops vouching for it (a JWT's `exp`): a stream
+    it opened ends then, and its client reconnects with a fresh token."""
+    if who.expires_at is None:
+        await trio.sleep_forever()
+    await trio.sleep(max(0.0, who.expires_at - time.time()))
 
 
 async def _close_when(wait: Any, out: SseOut) -> None:

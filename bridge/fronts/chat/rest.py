@@ -181,14 +181,15 @@ class RestApi:
             raise InvalidParams(f"invalid body: {exc}") from exc
         except msgspec.DecodeError as exc:
             raise InvalidParams(f"the body is not JSON: {exc}") from exc
-        routes = self.manager.config.routes
-        route = req.route or default_route(self.manager.config)
-        if route is None:
-            raise InvalidParams(f"name a route: {sorted(routes)}")
-        if route not in routes:
-            raise NotFound(f"no route named {route[:80]!r}; routes are {sorted(routes)}")
+        config = self.manager.config
         who = of_scope(scope)
-        owners.check_start(self.manager.config, route, who)
+        routes = [name for name in sorted(config.routes) if owners.usable(config, who, name)]  # as /api/routes shows them
+        route = req.route or default_route(config)
+        if route is None:
+            raise InvalidParams(f"name a route: {routes}")
+        if route not in routes:
+            raise NotFound(f"no route named {route[:80]!r}; routes are {routes}")
+        owners.check_start(config, route, who)
         session = await self.manager.create(route, front="chat", meta=owners.owned_by(who))
         if req.intent:
             session.front_state(ChatSessionState).intent = req.intent
@@ -203,17 +204,21 @@ class RestApi:
         offset = _int(query, "offset", 0, 0, 2**31)
         counts = _int(query, "counts", 0, 0, 1)
         route = _str(query, "route")
-        if route is not None and route not in self.manager.config.routes:
-            raise InvalidParams(f"route must be one of {', '.join(sorted(self.manager.config.routes))}; got {route[:80]!r}")
+        config = self.manager.config
+        if route is not None and not owners.usable(config, of_scope(scope), route):  # as /api/routes shows them
+            known = ", ".join(name for name in sorted(config.routes) if owners.usable(config, of_scope(scope), name))
+            raise InvalidParams(f"route must be one of {known}; got {route[:80]!r}")
         store = self.manager.store
+        # Access rules filter in the store's query: full pages, totals and counts of what
+        # this caller may see only (README: "Access control").
+        visible = owners.visibility(self.manager.config, of_scope(scope))
         records, total = await store.list_sessions(
-            limit=limit, offset=offset, route=route, front=_str(query, "front"), status=_str(query, "status"), q=_str(query, "q")
-        )
-        # Access rules filter the store's page: a page may hold fewer than `limit` (README: "Access control").
-        records = owners.visible(self.manager.config, records, of_scope(scope))
+            limit=limit, offset=offset, route=route, front=_str(query, "front"), status=_str(query, "status"), q=_str(query, "q"),
+            visible=visible,
+        )  # fmt: skip
         body: dict[str, Any] = {"sessions": [self.views.info(r) for r in records], "total": total, "limit": limit, "offset": offset}
         if counts:
-            body["counts"] = await store.count_sessions()
+            body["counts"] = await store.count_sessions(visible=visible)
         return 200, body, []
 
     async def get(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
@@ -245,8 +250,9 @@ class RestApi:
         self, scope: Scope, receive: Any, params: dict[str, str]
     ) -> tuple[int, Any, list[tuple[str, str]]]:
         session_id = params["session_id"]
-        owners.check(self.manager.config, await self._record(session_id), of_scope(scope), "use")
-        self.streams.forget(session_id)
+        record = await self._record(session_id)
+        owners.check(self.manager.config, record, of_scope(scope), "use")
+        self.streams.forget(session_id, record)
         live = self.manager.live(session_id)
         if live is not None:
             await live.close()

@@ -11,7 +11,8 @@ session). `health` is the status of the daemon's readiness probes (`/readyz`), s
 with it and cached as long (`[daemon] probe_interval_s`): never a probe of its own per
 call. Only the status: a probe's detail names URLs and paths, which only the admin
 token may read on `/readyz`. Without the daemon's readiness (an app built without it),
-every status is "not checked" and no prompt source is listed.
+every status is "not checked" and no prompt source is listed. With access rules, a
+caller is shown only the routes it may use (bridge/fronts/owners.py `usable`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.config import Config, Route
+from bridge.core.identity import of_scope
+from bridge.fronts import owners
 from bridge.fronts.chat.views import SessionViews, back_kind, command_dicts
 from bridge.fronts.http import Scope
 from bridge.session import SessionManager
@@ -54,6 +57,7 @@ class RoutesApi:
 
     async def index(self, scope: Scope, receive: Any, params: dict[str, str]) -> tuple[int, Any, list[tuple[str, str]]]:
         config = self.manager.config
+        who = of_scope(scope)
         health: dict[str, str] = {}
         sources: list[dict[str, str]] = []
         if self.readiness is not None:
@@ -71,5 +75,6 @@ class RoutesApi:
                 "health": {"status": health.get(name, _UNCHECKED)},
             }
             for name, route in config.routes.items()
+            if owners.usable(config, who, name)
         ]
         return 200, {"routes": routes, "prompt_sources": sources}, []

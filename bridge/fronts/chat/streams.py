@@ -334,10 +334,10 @@ class ChatStreams:
         if stream.idle:
             self._drop(stream)
 
-    def forget(self, session_id: str) -> None:
-        """The session was deleted: tell its watchers and drop its stream, and the
-        change feeds and canonical event streams (bridge/session/changes.py)."""
-        self.manager.changes.deleted(session_id)
+    def forget(self, session_id: str, record: SessionRecord | None = None) -> None:
+        """The session (`record`) was deleted: tell its watchers, the change feeds and
+        canonical event streams (bridge/session/changes.py), and drop its stream."""
+        self.manager.changes.deleted(session_id, record)
         stream = self._streams.get(session_id)
         if stream is not None:
             self._drop(stream, reason=f"session {session_id} was deleted")

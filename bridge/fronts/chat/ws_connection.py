@@ -11,6 +11,7 @@ codes follow RFC 6455 §7.4.1 (4008 "slow consumer" is the application twin of 1
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import msgspec
@@ -156,6 +157,8 @@ class WsConnection:
                         self.close(CLOSE_GOING_AWAY, "the bridge is shutting down")
                     if self._authed is not None:
                         nursery.start_soon(self._auth_deadline, self._authed)
+                    else:
+                        nursery.start_soon(self._until_expiry)
                     await self._reader()
                     if self.close_code is None:
                         nursery.cancel_scope.cancel()  # the client left: nothing more to write
@@ -206,6 +209,17 @@ class WsConnection:
             return
         self._error(AuthRequired(f"send auth.token in the first frame within {self.cfg.auth_timeout_s:g} s"))
         self.close(4401, "authentication timed out", flush=True)
+
+    async def _until_expiry(self) -> None:
+        """A caller is let in while its credential vouches for it (a JWT until its `exp`,
+        RFC 7519 §4.1.4): then the connection closes (4401) and its client reconnects with
+        a fresh token, so a revoked caller does not keep watching on an old one."""
+        expires = self.identity.expires_at
+        if expires is None:
+            return
+        await trio.sleep(max(0.0, expires - time.time()))
+        self._error(AuthRequired("the token expired: reconnect with a fresh one"))
+        self.close(4401, "token expired", flush=True)
 
     # -- writing --------------------------------------------------------------------------
     def _kick(self) -> None:
@@ -358,6 +372,8 @@ class WsConnection:
                 self.authed = True
                 if self._authed is not None:
                     self._authed.set()
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._until_expiry)
             if not frame.event and frame.auth is not None:
                 return  # an authentication frame and nothing else
             decoder = _data.get(frame.event)

@@ -13,7 +13,9 @@ carries the protocol; this module answers (MCP 2025-11-25, Server features):
 - `notifications/prompts/list_changed` (and `tools/list_changed`) to every initialized
   connection whenever the list changes; `listChanged: true` is advertised (the SDK's
   default initialization options would say false).
-- tools: every route, `tools/call` running one turn (`fronts/mcp/tools.py`).
+- tools: every route the caller may use (`[routes.NAME.access]`; over stdio the caller
+  is the user who started the process, as for `agent-bridge acp`), `tools/call`
+  running one turn (`fronts/mcp/tools.py`).
 
 Imported only by the entry points that serve MCP; the SDK is loaded then.
 """
@@ -21,6 +23,7 @@ Imported only by the entry points that serve MCP; the SDK is loaded then.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,7 +37,8 @@ from mcp.shared.exceptions import MCPError
 from bridge import __version__
 from bridge.codecs.numbers import small_int
 from bridge.config import Config
-from bridge.core.identity import of_scope
+from bridge.core.identity import ANONYMOUS, Identity, of_scope
+from bridge.fronts import owners
 from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.errors import PromptError
 from bridge.fronts.mcp import tools as mcp_tools
@@ -78,6 +82,7 @@ class McpFront:
     def __init__(self, config: Config, manager: SessionManager) -> None:
         self.config = config
         self.manager = manager
+        self.local: Identity = ANONYMOUS  # who a request without HTTP is (serve_mcp_stdio: the process's user)
         self.server = self._build()
         self._peers: dict[int, Any] = {}  # connection id → a ServerSession on it (for notifications)
         self._changed = trio.Event()
@@ -227,13 +232,18 @@ class McpFront:
 
     # -- tools ----------------------------------------------------------------------------
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=mcp_tools.tools(self.manager.config) if self._tools_on else [])
+        return types.ListToolsResult(tools=mcp_tools.tools(self.manager.config, self._caller(ctx)) if self._tools_on else [])
+
+    def _caller(self, ctx: Any) -> Identity:
+        """The caller HttpApp authenticated, in the ASGI scope the SDK's request carries;
+        over stdio (no HTTP request), the user who started this process (`local`)."""
+        scope = getattr(getattr(ctx, "request", None), "scope", None)
+        return of_scope(scope) if isinstance(scope, dict) else self.local
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if not self._tools_on or params.name not in self.manager.config.routes:
+        who = self._caller(ctx)
+        if not self._tools_on or not owners.usable(self.manager.config, who, params.name):  # as tools/list shows them
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-        # The caller HttpApp authenticated, in the ASGI scope the SDK's request carries (stdio: anonymous).
-        who = of_scope(getattr(getattr(ctx, "request", None), "scope", None) or {})
         interval = self.config.section(McpFrontConfig).progress_interval_s
         return await mcp_tools.call(self.manager, params.name, params.arguments or {}, ctx, interval, who)
 
@@ -265,6 +275,7 @@ async def serve_mcp_stdio(config: Config, manager: SessionManager, stdin_fd: int
     stdio files, so a signal or the end of the process never waits for a blocked read.
     """
     front = McpFront(config, manager)
+    front.local = owners.unix_identity(os.getuid())  # as `agent-bridge acp` over stdio: the editor's user
     receive = trio.lowlevel.FdStream(stdin_fd)
     send = trio.lowlevel.FdStream(stdout_fd)
     async with ndjson_transport(receive, send, answer_parse_errors=True) as (reads, writes), trio.open_nursery() as nursery:

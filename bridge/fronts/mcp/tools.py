@@ -85,7 +85,8 @@ _INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-def tools(config: Config) -> list[types.Tool]:
+def tools(config: Config, who: Identity | None = None) -> list[types.Tool]:
+    """The routes `who` may use (bridge/fronts/owners.py `usable`) as tools; None: every route."""
     return [
         types.Tool(
             name=name,
@@ -95,6 +96,7 @@ def tools(config: Config) -> list[types.Tool]:
             annotations=types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
         )
         for name, route in config.routes.items()
+        if who is None or owners.usable(config, who, name)
     ]
 
 
