@@ -249,9 +249,23 @@ def test_config_checks() -> None:
         ({**good, "resource": "not a uri"}, "absolute URI"),
         ({**good, "forward_identity_header": "Bad Header"}, "not a header name"),
         ({**good, "client_secret": "inline"}, "unknown key"),
+        # Each would have passed, then failed as the back or the prompt source made its
+        # client (a prompt source's failure stopped the daemon).
+        ({**good, "token_url": "https://auth.example:abc/token"}, "not a usable URL"),
+        ({**good, "token_url": "https://[::1/token"}, "not a usable URL"),
+        ({**good, "token_url": "https://auth.example:99999/token"}, "not a usable URL"),
+        ({**good, "token_url": "https://@/token"}, "names no host"),
+        ({**good, "token_url": "https://auth.example/tok\x7fen"}, "token_url"),
+        ({**good, "token_url": "https://bridge:hunter2@auth.example/token"}, "holds credentials"),
     ):
         with pytest.raises(ConfigError, match=words):
             parse_config(_route(bad))
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_route({**good, "token_url": "https://bridge:hunter2@auth.example/token"}))
+    assert "hunter2" not in str(caught.value)
+    source = {"name": "docs", "url": "http://127.0.0.1:9/mcp", "oauth": {**good, "token_url": "http://auth.example:abc/token"}}
+    with pytest.raises(ConfigError, match="not a usable URL"):
+        parse_config({"routes": {"r": {"back": {"kind": "demo"}}}, "prompt_sources": [source]})
     with pytest.raises(ConfigError, match="demo back takes no OAuth"):
         parse_config(_route(good, {"kind": "demo"}))
     with pytest.raises(ConfigError, match="token_env or token_file too"):
