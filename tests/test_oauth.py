@@ -303,6 +303,20 @@ async def test_the_a2a_back_sends_the_token_and_names_the_caller() -> None:
     await http.aclose()
 
 
+def test_errors_name_the_token_endpoint_without_its_query() -> None:
+    """A key may ride in a token URL's query (`?code=...`): the hint of a refused token,
+    which reaches the turn's client, and the client's repr name the endpoint without it."""
+    from bridge.backs.a2a.http import AgentHttp
+    from bridge.backs.chat.server import ChatServer
+
+    oauth = {"token_url": "https://auth.example/token?code=k3y-in-the-query", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET"}
+    http = AgentHttp("r", parse_config(_route(oauth)).routes["r"])
+    chat = ChatServer("r", parse_config(_route(oauth, {"kind": "chat", "url": "ws://127.0.0.1:9/ws"})).routes["r"])
+    assert http.oauth is not None and chat.oauth is not None
+    for said in (http._auth_hint(), chat.auth_hint(), repr(http.oauth)):
+        assert "https://auth.example/token" in said and "k3y" not in said, said
+
+
 async def test_a_server_echoing_the_secret_does_not_put_it_in_the_error(autojump_clock: trio.testing.MockClock) -> None:
     async def echo(request: httpx.Request) -> httpx.Response:
         import base64
@@ -316,6 +330,17 @@ async def test_a_server_echoing_the_secret_does_not_put_it_in_the_error(autojump
     with pytest.raises(BackError) as caught:
         await client.token()
     assert SECRET not in caught.value.message and "bad: c:***" in caught.value.message, caught.value.message
+    await client.aclose()
+
+    async def echo_late(request: httpx.Request) -> httpx.Response:
+        # The secret where the error's words are cut (200 characters): none of it is shown.
+        return httpx.Response(401, json={"error": "x" * 60 + SECRET, "error_description": "y" * 190 + SECRET})
+
+    client = OAuthClient(cfg, name="route r")
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(echo_late))
+    with pytest.raises(BackError) as caught:
+        await client.token()
+    assert SECRET[:4] not in caught.value.message, caught.value.message
     await client.aclose()
 
 
