@@ -53,6 +53,13 @@ def terminal_safe(text: str) -> str:
     return _UNSAFE.sub("", text)
 
 
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a file
+        return False
+
+
 def _text(block: ContentBlock | None) -> str:
     """What a terminal shows of one block: text as is, data as pretty JSON (on its own
     lines), anything else as a one-line placeholder."""
@@ -116,6 +123,8 @@ class Renderer:
         self.color = color
         self.status = status
         self.on_question = on_question
+        # Notes go to stderr, which may be a terminal when stdout is not (`ask ... > file`).
+        self._err_tty = _isatty(self.err)
         self._mode: str | None = None  # "text" | "thought" while a run of chunks goes on
         self._titles: dict[str, str] = {}
         self._tool_status: dict[str, str] = {}
@@ -149,7 +158,7 @@ class Renderer:
             self._emit(ended)
         if self.status is not None:
             self.status.clear()
-        self.err.write(self._style("2", _UNSAFE.sub("", text) if self.color else text) + "\n")
+        self.err.write(self._style("2", _UNSAFE.sub("", text) if self.color or self._err_tty else text) + "\n")
         self.err.flush()
 
     def _write(self, mode: str, prefix: str, text: str) -> None:

@@ -167,6 +167,22 @@ def test_every_event_kind_is_rendered() -> None:
     assert len(raw.getvalue().splitlines()) == len(events)
 
 
+class _TtyErr(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_notes_on_a_terminal_are_safe_when_stdout_is_not_one() -> None:
+    """`ask ... > answer.txt`: stdout is a file, stderr the terminal. The agent's progress
+    text goes to stderr: no escape sequence of its reaches the terminal."""
+    out, err = io.StringIO(), _TtyErr()
+    r = Renderer(out, err=err, color=False)
+    r.deliver(ev.ProgressReported(content=[TextContent(text="busy\x1b]52;c;c3RvbGVu\x07\x1b[2J\x1b]0;title\x07\x9b1A")]))
+    assert err.getvalue() == "busy]52;c;c3RvbGVu[2J]0;title1A\n"  # the controls go, the rest is plain text
+    r.deliver(ev.MessageChunk(content=TextContent(text="raw \x1b[2J")))
+    assert out.getvalue() == "raw \x1b[2J"  # a pipe or a file gets the agent's text as it is
+
+
 class _Tty(io.StringIO):
     def fileno(self) -> int:
         raise OSError("not a real terminal")  # 80 columns
