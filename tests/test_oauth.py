@@ -383,13 +383,15 @@ _answers = st.one_of(
 
 
 @settings(max_examples=100, deadline=None)
-@given(status=st.sampled_from([200, 200, 200, 400, 401, 403, 500, 503]), body=_answers)
-def test_any_token_endpoint_answer_is_a_usable_token_or_a_back_error(status: int, body: bytes) -> None:
-    """What a token endpoint answers is untrusted: any status and bytes give a token a
-    header can carry, or a BackError; never another exception, never a hang."""
+@given(status=st.sampled_from([200, 200, 200, 400, 401, 403, 500, 503]), body=_answers,
+       encoding=st.sampled_from([None, None, "gzip", "deflate", "br", "identity"]))  # fmt: skip
+def test_any_token_endpoint_answer_is_a_usable_token_or_a_back_error(status: int, body: bytes, encoding: str | None) -> None:
+    """What a token endpoint answers is untrusted: any status, Content-Encoding and bytes
+    give a token a header can carry, or a BackError; never another exception, never a hang."""
 
     async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=body, headers={"content-type": "application/json"})
+        headers = {"content-type": "application/json", **({"content-encoding": encoding} if encoding else {})}
+        return httpx.Response(status, content=body, headers=headers)
 
     async def main() -> None:
         cfg = msgspec.convert({"token_url": "http://auth.test/token", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET",

@@ -289,6 +289,8 @@ class OAuthClient:
             raise _Retry(self._error(f"{at} did not answer within timeout_s ({self.cfg.timeout_s:g} s)", unavailable=True)) from None
         except httpx.TransportError as exc:
             raise _Retry(self._error(f"cannot reach {at}: {type(exc).__name__}", unavailable=True)) from None
+        except httpx.DecodingError:  # not a TransportError: a body its Content-Encoding does not decode
+            raise self._error(f"{at} answered a body that does not decode as its Content-Encoding says") from None
         status = resp.status_code
         if status >= 500 or status == 429:
             raise _Retry(self._error(f"{at} answered HTTP {status}", unavailable=True))
