@@ -195,7 +195,7 @@ class OAuthClient:
             if not subject:
                 where = f"${cfg.subject_token_env}" if cfg.subject_token_env else cfg.subject_token_file
                 raise self._error(f"no subject token for the token exchange in {where} (subject_token_env/subject_token_file)")
-            add_secret(subject)
+            add_secret(subject, rotating=True)  # read anew at each request: it may rotate often
             self._remember(subject)
             form.update(grant_type=_TOKEN_EXCHANGE, subject_token=subject.strip(), subject_token_type=cfg.subject_token_type)
             if cfg.requested_token_type:
