@@ -53,7 +53,7 @@ def terminal_safe(text: str) -> str:
     return _UNSAFE.sub("", text)
 
 
-def _isatty(stream: TextIO) -> bool:
+def _isatty(stream: TextIO | BinaryIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed, or not a file
@@ -252,14 +252,25 @@ class Renderer:
         # TurnStarted: the prompt the user just typed, not echoed
 
 
+# DEL and the C1 controls as UTF-8 (U+0080..U+009F: CSI is U+009B), which JSON may carry
+# raw and a terminal may obey; only ever inside a string, where `\u00XX` is the same JSON.
+_C1 = re.compile(rb"\x7f|\xc2[\x80-\x9f]")
+
+
+def _escape_c1(m: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % m.group()[-1]
+
+
 class JsonLines:
-    """A session subscriber that writes each event as one line of canonical JSON."""
+    """A session subscriber that writes each event as one line of canonical JSON. On a
+    terminal, C1 controls are escaped too (JSON escapes the C0 ones, ESC among them)."""
 
     protocol: ClassVar[str] = "cli"
 
     def __init__(self, out: BinaryIO, *, on_question: Callable[[ev.Question], None] | None = None) -> None:
         self.out = out
         self.on_question = on_question
+        self._tty = _isatty(out)
 
     def congested(self) -> bool:
         return False
@@ -268,7 +279,8 @@ class JsonLines:
         await trio.lowlevel.checkpoint()
 
     def deliver(self, event: ev.Event) -> None:
-        self.out.write(_json.encode(event) + b"\n")
+        line = _json.encode(event)
+        self.out.write((_C1.sub(_escape_c1, line) if self._tty else line) + b"\n")
         self.out.flush()
         if isinstance(event, ev.QuestionAsked) and self.on_question is not None:
             self.on_question(event.question)

@@ -183,6 +183,28 @@ def test_notes_on_a_terminal_are_safe_when_stdout_is_not_one() -> None:
     assert out.getvalue() == "raw \x1b[2J"  # a pipe or a file gets the agent's text as it is
 
 
+class _TtyBytes(io.BytesIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
+def test_json_lines_on_a_terminal_carry_no_control_it_would_obey(text: str) -> None:
+    """`ask --json` read on a terminal: JSON escapes C0 controls (ESC) but may carry C1
+    ones (CSI is U+009B) as they are; there they are escaped too, the JSON the same."""
+    import json
+
+    event = ev.MessageChunk(content=TextContent(text=text + "\x9b2J\x1b]52;c;eA==\x07"))
+    tty, pipe = _TtyBytes(), io.BytesIO()
+    JsonLines(tty).deliver(event)
+    JsonLines(pipe).deliver(event)
+    raw = tty.getvalue()
+    assert not re.search(rb"[\x00-\x1f\x7f]|\xc2[\x80-\x9f]", raw[:-1]), raw
+    assert json.loads(raw) == json.loads(pipe.getvalue())
+    assert b"\xc2\x9b" in pipe.getvalue()  # a pipe gets the canonical bytes
+
+
 class _Tty(io.StringIO):
     def fileno(self) -> int:
         raise OSError("not a real terminal")  # 80 columns
