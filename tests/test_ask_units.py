@@ -237,6 +237,26 @@ def test_the_status_line_stays_below_the_reply_and_goes_when_it_ends() -> None:
     assert "·" not in "".join(_screen(out.getvalue()))
 
 
+def test_a_wide_character_at_the_margin_makes_the_column_unknown_until_the_next_line() -> None:
+    """A double-width character that starts in the last column is wrapped by some
+    terminals and not by others: the cursor may wait at the margin, where a drawn status
+    line would lose the pending wrap (the next character overwriting the last). Not drawn
+    there, nor anywhere on that line; drawn again from the next one."""
+    out = _Tty()
+    s = StatusLine(out, enabled=True, color=False, clock=lambda: 1.0)
+    s.write("x" * 79)
+    s.write("中")
+    assert s.column is None and not s.drawn
+    s.tick()
+    s.write("yz")
+    assert not s.drawn and "·" not in out.getvalue()
+    s.write("\nnext")
+    s.tick()
+    assert s.drawn and s.column == 4
+    s.write(" 中文 fits")  # wide characters away from the margin: counted, two cells each
+    assert s.column == 4 + 1 + 4 + 5
+
+
 def test_the_status_line_is_not_drawn_when_disabled() -> None:
     out = _Tty()
     s = StatusLine(out, enabled=False)
