@@ -248,6 +248,10 @@ def test_config_checks() -> None:
         ({"token_url": "https://a/t", "grant": "token_exchange"}, "subject_token"),
         ({**good, "resource": "not a uri"}, "absolute URI"),
         ({**good, "forward_identity_header": "Bad Header"}, "not a header name"),
+        # The caller's subject would replace the token, or set the request's framing.
+        ({**good, "forward_identity_header": "authorization"}, "the bridge sets"),
+        ({**good, "forward_identity_header": "Content-Length"}, "the bridge sets"),
+        ({**good, "forward_identity_header": "Transfer-Encoding"}, "the bridge sets"),
         ({**good, "client_secret": "inline"}, "unknown key"),
         # Each would have passed, then failed as the back or the prompt source made its
         # client (a prompt source's failure stopped the daemon).

@@ -26,6 +26,13 @@ __all__ = ["ACCESS_TOKEN_TYPE", "OAuthConfig"]
 # RFC 8693 §3, token type identifiers.
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers the bridge sets itself, or that frame the request (RFC 9110 §7.6.1, §8.6; RFC
+# 9112 §6): a caller's subject in one would replace the token or the message's framing.
+_NOT_FORWARDED = frozenset({
+    "authorization", "proxy-authorization", "cookie", "host", "content-length", "content-type", "content-encoding",
+    "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade", "expect", "accept", "a2a-version",
+    "a2a-extensions",
+})  # fmt: skip
 
 
 class OAuthConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -80,6 +87,9 @@ class OAuthConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
             raise ValueError(f"resource: {self.resource!r} is not an absolute URI (RFC 8707 §2)")
         if self.forward_identity_header is not None and not _HEADER_NAME.fullmatch(self.forward_identity_header):
             raise ValueError(f"forward_identity_header: {self.forward_identity_header!r} is not a header name")
+        if self.forward_identity_header is not None and self.forward_identity_header.lower() in _NOT_FORWARDED:
+            raise ValueError(f"forward_identity_header: {self.forward_identity_header!r} is a header the bridge sets or "
+                             "that frames the request; name one of its own (X-Forwarded-User)")  # fmt: skip
 
     @property
     def envs(self) -> tuple[str, ...]:
