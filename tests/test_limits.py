@@ -234,3 +234,13 @@ async def test_a_turn_refused_as_it_begins_takes_no_turn_of_the_minute() -> None
             assert busy.cancel()
             assert (await slow.wait()).stop_reason.value == "cancelled"
             nursery.cancel_scope.cancel()
+
+
+async def test_check_refuses_as_admit_would_and_takes_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    limits = TurnLimits(lambda: cfg(route={"requests_per_minute": 1, "per_identity_concurrent_turns": 1}), trio.current_time)
+    limits.check("r", ALICE)
+    limits.check("r", ALICE)  # nothing taken: still one turn this minute
+    running = limits.admit("r", ALICE)
+    assert refused(lambda: limits.check("r", ALICE)).scope == "identity"
+    running()
+    assert refused(lambda: limits.check("r", BOB)).limit == "requests_per_minute"

@@ -62,6 +62,13 @@ class Commands:
         turn.when_done(release)
         return turn
 
+    def check_limits(self, identity: Identity, front: str) -> None:
+        """`RateLimited` if a turn of `identity` would be refused now (bridge/session/limits.py
+        `check`); nothing is taken."""
+        limits = getattr(self.manager, "limits", None)
+        if limits is not None:
+            limits.check(self.record.route, identity, front=front)
+
     async def send_answer(self, question_id: str, **answer: Any) -> None:
         """`answer`, awaitable: its errors (no such question, an answer that does not fit)
         reach the caller even when the question is open on another instance."""

@@ -190,6 +190,11 @@ class TurnLimits:
                          f"try again in {_after(wait)} s")  # fmt: skip
         return Admission((whole, caller), tuple(b for b in (whole.bucket, caller.bucket) if b is not None))
 
+    def check(self, route: str, identity: Identity, *, front: str = "") -> None:
+        """Raise `RateLimited` as `admit` would now, taking nothing: what a front does for
+        a turn before it begins (the chat front's mode and model) is not done for one refused."""
+        self.admit(route, identity, front=front).refund()
+
     def _refuse(self, route: str, limit: str, scope: str, front: str, after: int, message: str) -> None:
         if self.on_refused is not None:
             self.on_refused(route, f"{scope}_{limit}", front or "other")
