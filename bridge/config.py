@@ -608,6 +608,8 @@ def load_config(
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([ConfigProblem("", f"{file}: not valid TOML: {exc}", line=toml_error_line(exc, text))]) from exc
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ConfigError([f"{file}: not valid TOML: arrays or inline tables nested too deeply"]) from None
     wanted, problems = overrides_from(os.environ if environ is None else environ, listen=listen)
     applied, more = apply_overrides(raw, wanted)
     try:

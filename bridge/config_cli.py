@@ -129,7 +129,7 @@ def config_commands(config_option: Callable[[Any], Any]) -> click.Group:
                 with open(config_path, "rb") as f:
                     plugins = tomllib.load(f).get("plugins", [])
                 protocols = registry.load([p for p in plugins if isinstance(p, str)] if isinstance(plugins, list) else [])
-            except (OSError, tomllib.TOMLDecodeError, ConfigError) as exc:
+            except (OSError, tomllib.TOMLDecodeError, RecursionError, ConfigError) as exc:
                 click.echo(f"config error: {config_path}: {getattr(exc, 'message', exc)}", err=True)
                 sys.exit(EX_CONFIG)
         click.echo(json.dumps(config_schema(protocols), indent=2))

@@ -45,7 +45,7 @@ def _value(text: str) -> Any:
     """A TOML value when `text` is one, else `text` itself (a string)."""
     try:
         doc = tomllib.loads(f"v = {text}")
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: arrays or tables nested past tomllib's depth
         return text
     # "1\nother = 2" parses, as two keys: that is not one value, so it is a string.
     return doc["v"] if len(doc) == 1 else text

@@ -41,6 +41,11 @@ _IDS = ("worker", "route", "session", "turn", "trace_id", "span_id")
 log_ids: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("agent_bridge_log_ids", default=None)
 
 _secrets: set[str] = set()
+# Credentials replaced as they rotate (an OAuth subject token read at each token request):
+# the newest `_ROTATING_KEPT`, so a daemon up for months does not register every one it
+# ever read (the pattern, and the time each line takes to redact, would grow without end).
+_rotating: dict[str, None] = {}
+_ROTATING_KEPT = 16
 _secret_re: re.Pattern[str] | None = None
 _MIN_SECRET = 6  # shorter values would redact ordinary words and numbers
 _PATTERNS = re.compile(
@@ -57,17 +62,26 @@ def set_log_ids(**ids: str | None) -> contextvars.Token[dict[str, str] | None]:
     return log_ids.set(merged)
 
 
-def add_secret(value: str | None) -> None:
-    """Never print `value` (a token, a password) in a log line."""
+def add_secret(value: str | None, *, rotating: bool = False) -> None:
+    """Never print `value` (a token, a password) in a log line. `rotating`: one of a
+    credential's successive values, of which only the newest few are kept."""
     global _secret_re
     if value is None:
         return
     value = value.strip()
     if len(value) < _MIN_SECRET or value in _secrets:
         return
-    _secrets.add(value)
+    if rotating:
+        if value in _rotating:
+            return
+        _rotating[value] = None
+        while len(_rotating) > _ROTATING_KEPT:
+            del _rotating[next(iter(_rotating))]
+    else:
+        _rotating.pop(value, None)
+        _secrets.add(value)
     # Longest first, so a secret that contains another is replaced whole.
-    _secret_re = re.compile("|".join(re.escape(s) for s in sorted(_secrets, key=len, reverse=True)))
+    _secret_re = re.compile("|".join(re.escape(s) for s in sorted({*_secrets, *_rotating}, key=len, reverse=True)))
 
 
 def redact(text: str) -> str:

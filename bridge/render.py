@@ -53,6 +53,13 @@ def terminal_safe(text: str) -> str:
     return _UNSAFE.sub("", text)
 
 
+def _isatty(stream: TextIO | BinaryIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a file
+        return False
+
+
 def _text(block: ContentBlock | None) -> str:
     """What a terminal shows of one block: text as is, data as pretty JSON (on its own
     lines), anything else as a one-line placeholder."""
@@ -116,6 +123,8 @@ class Renderer:
         self.color = color
         self.status = status
         self.on_question = on_question
+        # Notes go to stderr, which may be a terminal when stdout is not (`ask ... > file`).
+        self._err_tty = _isatty(self.err)
         self._mode: str | None = None  # "text" | "thought" while a run of chunks goes on
         self._titles: dict[str, str] = {}
         self._tool_status: dict[str, str] = {}
@@ -149,7 +158,7 @@ class Renderer:
             self._emit(ended)
         if self.status is not None:
             self.status.clear()
-        self.err.write(self._style("2", _UNSAFE.sub("", text) if self.color else text) + "\n")
+        self.err.write(self._style("2", _UNSAFE.sub("", text) if self.color or self._err_tty else text) + "\n")
         self.err.flush()
 
     def _write(self, mode: str, prefix: str, text: str) -> None:
@@ -243,14 +252,25 @@ class Renderer:
         # TurnStarted: the prompt the user just typed, not echoed
 
 
+# DEL and the C1 controls as UTF-8 (U+0080..U+009F: CSI is U+009B), which JSON may carry
+# raw and a terminal may obey; only ever inside a string, where `\u00XX` is the same JSON.
+_C1 = re.compile(rb"\x7f|\xc2[\x80-\x9f]")
+
+
+def _escape_c1(m: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % m.group()[-1]
+
+
 class JsonLines:
-    """A session subscriber that writes each event as one line of canonical JSON."""
+    """A session subscriber that writes each event as one line of canonical JSON. On a
+    terminal, C1 controls are escaped too (JSON escapes the C0 ones, ESC among them)."""
 
     protocol: ClassVar[str] = "cli"
 
     def __init__(self, out: BinaryIO, *, on_question: Callable[[ev.Question], None] | None = None) -> None:
         self.out = out
         self.on_question = on_question
+        self._tty = _isatty(out)
 
     def congested(self) -> bool:
         return False
@@ -259,7 +279,8 @@ class JsonLines:
         await trio.lowlevel.checkpoint()
 
     def deliver(self, event: ev.Event) -> None:
-        self.out.write(_json.encode(event) + b"\n")
+        line = _json.encode(event)
+        self.out.write((_C1.sub(_escape_c1, line) if self._tty else line) + b"\n")
         self.out.flush()
         if isinstance(event, ev.QuestionAsked) and self.on_question is not None:
             self.on_question(event.question)

@@ -14,7 +14,8 @@ or wraps erases it first and draws it again after, in one write. Anything else w
 to the terminal (stderr, a question's prompt) calls `clear` first. It is never drawn
 while the cursor waits at the right margin to wrap (DECRC would lose the pending wrap
 and the next character would overwrite the last one), nor after a tab or a carriage
-return, whose column is not known, until the next line.
+return, whose column is not known, until the next line; nor after a wide character that
+started in the last column (terminals wrap it, or not), until the next line.
 """
 
 from __future__ import annotations
@@ -41,6 +42,18 @@ _ACTIVITY_CHARS = 200
 
 def _width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1 for c in text)
+
+
+def _straddles(col: int, text: str, columns: int) -> bool:
+    """Whether a wide character of `text`, written from column `col`, would start in the
+    last column: terminals differ there (xterm wraps it, others clip it or wait), so the
+    cursor's column is no longer known."""
+    for c in text:
+        w = _width(c)
+        if w == 2 and col % columns == columns - 1:
+            return True
+        col += w
+    return False
 
 
 def _fit(text: str, columns: int) -> str:
@@ -100,12 +113,15 @@ class StatusLine:
         head, newline, tail = text.rpartition("\n")
         last = tail if newline else text
         col = self.column
-        if "\t" in last or "\r" in last:
+        plain = _SGR.sub("", last)
+        start = 0 if newline else col
+        wide = _width(plain)
+        if "\t" in last or "\r" in last or start is None:
             after: int | None = None
-        elif newline:
-            after = _width(_SGR.sub("", last))
+        elif wide != len(plain) and _straddles(start, plain, columns):  # wide or combining characters: where do they land?
+            after = None
         else:
-            after = None if col is None else col + _width(_SGR.sub("", last))
+            after = start + wide
         leaves_line = bool(newline) or col is None or after is None or (col % columns) + (after - col) >= columns
         if self.drawn and leaves_line:
             self.out.write(ERASE)

@@ -167,6 +167,44 @@ def test_every_event_kind_is_rendered() -> None:
     assert len(raw.getvalue().splitlines()) == len(events)
 
 
+class _TtyErr(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_notes_on_a_terminal_are_safe_when_stdout_is_not_one() -> None:
+    """`ask ... > answer.txt`: stdout is a file, stderr the terminal. The agent's progress
+    text goes to stderr: no escape sequence of its reaches the terminal."""
+    out, err = io.StringIO(), _TtyErr()
+    r = Renderer(out, err=err, color=False)
+    r.deliver(ev.ProgressReported(content=[TextContent(text="busy\x1b]52;c;c3RvbGVu\x07\x1b[2J\x1b]0;title\x07\x9b1A")]))
+    assert err.getvalue() == "busy]52;c;c3RvbGVu[2J]0;title1A\n"  # the controls go, the rest is plain text
+    r.deliver(ev.MessageChunk(content=TextContent(text="raw \x1b[2J")))
+    assert out.getvalue() == "raw \x1b[2J"  # a pipe or a file gets the agent's text as it is
+
+
+class _TtyBytes(io.BytesIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
+def test_json_lines_on_a_terminal_carry_no_control_it_would_obey(text: str) -> None:
+    """`ask --json` read on a terminal: JSON escapes C0 controls (ESC) but may carry C1
+    ones (CSI is U+009B) as they are; there they are escaped too, the JSON the same."""
+    import json
+
+    event = ev.MessageChunk(content=TextContent(text=text + "\x9b2J\x1b]52;c;eA==\x07"))
+    tty, pipe = _TtyBytes(), io.BytesIO()
+    JsonLines(tty).deliver(event)
+    JsonLines(pipe).deliver(event)
+    raw = tty.getvalue()
+    assert not re.search(rb"[\x00-\x1f\x7f]|\xc2[\x80-\x9f]", raw[:-1]), raw
+    assert json.loads(raw) == json.loads(pipe.getvalue())
+    assert b"\xc2\x9b" in pipe.getvalue()  # a pipe gets the canonical bytes
+
+
 class _Tty(io.StringIO):
     def fileno(self) -> int:
         raise OSError("not a real terminal")  # 80 columns
@@ -197,6 +235,26 @@ def test_the_status_line_stays_below_the_reply_and_goes_when_it_ends() -> None:
     s.write("z\n")
     s.close()
     assert "·" not in "".join(_screen(out.getvalue()))
+
+
+def test_a_wide_character_at_the_margin_makes_the_column_unknown_until_the_next_line() -> None:
+    """A double-width character that starts in the last column is wrapped by some
+    terminals and not by others: the cursor may wait at the margin, where a drawn status
+    line would lose the pending wrap (the next character overwriting the last). Not drawn
+    there, nor anywhere on that line; drawn again from the next one."""
+    out = _Tty()
+    s = StatusLine(out, enabled=True, color=False, clock=lambda: 1.0)
+    s.write("x" * 79)
+    s.write("中")
+    assert s.column is None and not s.drawn
+    s.tick()
+    s.write("yz")
+    assert not s.drawn and "·" not in out.getvalue()
+    s.write("\nnext")
+    s.tick()
+    assert s.drawn and s.column == 4
+    s.write(" 中文 fits")  # wide characters away from the margin: counted, two cells each
+    assert s.column == 4 + 1 + 4 + 5
 
 
 def test_the_status_line_is_not_drawn_when_disabled() -> None:

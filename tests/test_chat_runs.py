@@ -244,3 +244,26 @@ async def test_the_check_is_stored_with_the_runs_end_and_never_run_again(monkeyp
             assert [outcome(e) for e in ends(watcher.frames)] == [outcome(live)]
     assert len(calls) == 1
 
+
+
+async def test_a_chat_send_over_the_limits_changes_no_option() -> None:
+    """`chat:send` with a mode, from a caller over `[limits]`: refused `rate_limited`, and
+    the mode it asked for is not set (the back was told of it before the turn was refused)."""
+    mode = {"id": "mode", "name": "Mode", "category": "mode", "values": [{"value": "ask", "name": "Ask"}, {"value": "code", "name": "Code"}]}
+    route = {"back": {"kind": "demo", "chunk_delay_s": 0}, "options": [mode], "limits": {"requests_per_minute": 1}}
+    config = parse_config({"routes": {"demo": route}, "ws": {"max_messages_per_s": 10_000}})
+    manager = SessionManager(config, MemoryStore(), make_back)
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            streams = ChatStreams(WS, manager)
+            front = WsFront(config, manager, streams, Access(WS, config.server))
+            client = Client()
+            nursery.start_soon(WsConnection(front, client.receive, client.send, authed=True).run)
+            session = await manager.create("demo", front="ws")
+            assert (await client.run(session.id, "hello"))["status"] == "completed"
+            await client.call("chat:send", session_id=session.id, message="again", mode="code")
+            frames = await client.until(lambda f: f["event"] in ("chat:end", "system:error"))
+            assert frames[-1]["event"] == "system:error" and frames[-1]["data"]["code"] == "rate_limited", frames[-1]
+            assert session.record.options["mode"] == "ask"
+            nursery.cancel_scope.cancel()

@@ -122,6 +122,25 @@ def test_a_toml_syntax_error_names_the_file_once_with_its_line(tmp_path: Path, c
     assert problem["path"] is None and problem["line"] == 2 and problem["message"].startswith("not valid TOML: ")
 
 
+def test_toml_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
+    """tomllib recurses into nested arrays: a file, or an override's value, nested past
+    Python's recursion limit raised RecursionError (a traceback at start, a SIGHUP reload
+    that raised) instead of a problem found."""
+    deep = "[" * 5000
+    path = tmp_path / "deep.toml"
+    path.write_text(f"log_level = {deep}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config(path)
+    path.write_text('[routes.demo]\nback = { kind = "demo" }\n', encoding="utf-8")
+    # Not a TOML value tomllib can read: a string, as any other (check-config then says
+    # whether the key takes one).
+    env = {"AGENT_BRIDGE__ROUTES__DEMO__TITLE": "{a=" * 5000, "AGENT_BRIDGE__ROUTES__DEMO__DESCRIPTION": deep}
+    route = load_config(path, environ=env).routes["demo"]
+    assert (route.title, route.description) == ("{a=" * 5000, deep)
+    with pytest.raises(ConfigError, match=r"\$\.log_level.*set by \$AGENT_BRIDGE__LOG_LEVEL"):
+        load_config(path, environ={"AGENT_BRIDGE__LOG_LEVEL": deep})
+
+
 def test_a_misspelt_route_on_the_command_line_gets_the_nearest_one(clean_env: dict[str, str]) -> None:
     proc = run("ask", "--config", str(REPO / "configs" / "example.toml"), "reserch", "hello", env=clean_env)
     assert proc.returncode == 2 and "no route named 'reserch'; did you mean 'research'? routes are: " in proc.stderr, proc

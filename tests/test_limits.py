@@ -179,3 +179,68 @@ def test_rate_limited_codes_by_meaning() -> None:
     assert msgspec.json.decode(msgspec.json.encode(exc.data)) == {"retryAfter": 7, "limit": "requests_per_minute", "scope": "identity", "route": "r"}
     # Rebuilt from its message alone (forwarded from another instance): a second.
     assert RateLimited("over").retry_after_s == 1
+
+
+async def test_a_new_caller_is_never_the_one_forgotten(autojump_clock: trio.testing.MockClock) -> None:
+    """Every remembered caller has a turn running: the new one is added all the same, and
+    counted (it used to be dropped at once, its turns counted nowhere: no limit held it)."""
+    limits = TurnLimits(lambda: cfg({"max_identities": 16, "per_identity_concurrent_turns": 1}), trio.current_time)
+    held = [limits.admit("r", Identity(subject=f"u{i}", via="token")) for i in range(16)]
+    mallory = Identity(subject="mallory", via="token")
+    first = limits.admit("r", mallory)
+    assert refused(lambda: limits.admit("r", mallory)).scope == "identity"
+    assert limits.callers == 17  # the table's bound plus the running turns (module docstring)
+    for end in [*held, first]:
+        end()
+    limits.admit("r", Identity(subject="next", via="token"))()
+    assert limits.callers <= 16
+
+
+async def test_a_refund_gives_back_the_slot_and_the_turns_taken(autojump_clock: trio.testing.MockClock) -> None:
+    limits = TurnLimits(lambda: cfg(route={"requests_per_minute": 1, "max_concurrent_turns": 1, "per_identity_requests_per_minute": 1}),
+                        trio.current_time)  # fmt: skip
+    admission = limits.admit("r", ALICE)
+    admission.refund()
+    admission.refund()
+    admission()  # once, however it is called
+    limits.admit("r", ALICE)()  # the route's turn and alice's are hers again
+    assert refused(lambda: limits.admit("r", ALICE)).limit == "requests_per_minute"
+
+
+async def test_a_turn_refused_as_it_begins_takes_no_turn_of_the_minute() -> None:
+    """A prompt to a busy session is refused after `[limits]` admitted it: what it took
+    goes back, so the caller's next turn elsewhere (the A2A front's side session for a
+    busy context) is not refused for a turn that never ran."""
+    from bridge.backs import make_back
+    from bridge.core.content import TextContent
+    from bridge.errors import Busy
+    from bridge.session import SessionManager
+    from bridge.store.memory import MemoryStore
+
+    route = {"back": {"kind": "demo", "chunk_delay_s": 0.001, "slow_duration_s": 30.0},
+             "limits": {"per_identity_requests_per_minute": 1, "per_identity_concurrent_turns": 1}}  # fmt: skip
+    config = parse_config({"routes": {"r": route}})
+    manager = SessionManager(config, MemoryStore(), lambda name, r: make_back(name, r))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            busy = await manager.create("r")
+            slow = await busy.begin_turn([TextContent(text="slow: x")], identity=ALICE)
+            with pytest.raises(Busy):
+                await busy.begin_turn([TextContent(text="hi")], identity=BOB)
+            other = await manager.create("r")
+            turn = await other.begin_turn([TextContent(text="hi")], identity=BOB)
+            assert (await turn.wait()).stop_reason.value == "end_turn"
+            assert busy.cancel()
+            assert (await slow.wait()).stop_reason.value == "cancelled"
+            nursery.cancel_scope.cancel()
+
+
+async def test_check_refuses_as_admit_would_and_takes_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    limits = TurnLimits(lambda: cfg(route={"requests_per_minute": 1, "per_identity_concurrent_turns": 1}), trio.current_time)
+    limits.check("r", ALICE)
+    limits.check("r", ALICE)  # nothing taken: still one turn this minute
+    running = limits.admit("r", ALICE)
+    assert refused(lambda: limits.check("r", ALICE)).scope == "identity"
+    running()
+    assert refused(lambda: limits.check("r", BOB)).limit == "requests_per_minute"

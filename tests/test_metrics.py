@@ -157,6 +157,17 @@ def _record(msg: str, *args: Any, level: int = logging.INFO, exc: bool = False, 
     return record
 
 
+def test_rotating_secrets_are_kept_to_the_newest() -> None:
+    """An OAuth subject token is registered at each token request, and rotates (every few
+    minutes for some workload identities): the newest are redacted, the registry stays
+    bounded, and a secret registered for good is never pushed out by them."""
+    logs.add_secret("pinned-secret-of-the-route")
+    for i in range(500):
+        logs.add_secret(f"subject-token-{i:06d}", rotating=True)
+    assert len(logs._rotating) <= 16 and logs._secret_re is not None and len(logs._secret_re.pattern) < 2000
+    assert logs.redact("sent subject-token-000499 and pinned-secret-of-the-route") == "sent *** and ***"
+
+
 def test_redaction_of_registered_secrets_and_credential_shapes() -> None:
     logs.add_secret("hunter2-long-password")
     logs.add_secret("abc")  # too short to register: it would redact ordinary words

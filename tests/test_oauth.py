@@ -248,10 +248,28 @@ def test_config_checks() -> None:
         ({"token_url": "https://a/t", "grant": "token_exchange"}, "subject_token"),
         ({**good, "resource": "not a uri"}, "absolute URI"),
         ({**good, "forward_identity_header": "Bad Header"}, "not a header name"),
+        # The caller's subject would replace the token, or set the request's framing.
+        ({**good, "forward_identity_header": "authorization"}, "the bridge sets"),
+        ({**good, "forward_identity_header": "Content-Length"}, "the bridge sets"),
+        ({**good, "forward_identity_header": "Transfer-Encoding"}, "the bridge sets"),
         ({**good, "client_secret": "inline"}, "unknown key"),
+        # Each would have passed, then failed as the back or the prompt source made its
+        # client (a prompt source's failure stopped the daemon).
+        ({**good, "token_url": "https://auth.example:abc/token"}, "not a usable URL"),
+        ({**good, "token_url": "https://[::1/token"}, "not a usable URL"),
+        ({**good, "token_url": "https://auth.example:99999/token"}, "not a usable URL"),
+        ({**good, "token_url": "https://@/token"}, "names no host"),
+        ({**good, "token_url": "https://auth.example/tok\x7fen"}, "token_url"),
+        ({**good, "token_url": "https://bridge:hunter2@auth.example/token"}, "holds credentials"),
     ):
         with pytest.raises(ConfigError, match=words):
             parse_config(_route(bad))
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_route({**good, "token_url": "https://bridge:hunter2@auth.example/token"}))
+    assert "hunter2" not in str(caught.value)
+    source = {"name": "docs", "url": "http://127.0.0.1:9/mcp", "oauth": {**good, "token_url": "http://auth.example:abc/token"}}
+    with pytest.raises(ConfigError, match="not a usable URL"):
+        parse_config({"routes": {"r": {"back": {"kind": "demo"}}}, "prompt_sources": [source]})
     with pytest.raises(ConfigError, match="demo back takes no OAuth"):
         parse_config(_route(good, {"kind": "demo"}))
     with pytest.raises(ConfigError, match="token_env or token_file too"):
@@ -289,6 +307,20 @@ async def test_the_a2a_back_sends_the_token_and_names_the_caller() -> None:
     await http.aclose()
 
 
+def test_errors_name_the_token_endpoint_without_its_query() -> None:
+    """A key may ride in a token URL's query (`?code=...`): the hint of a refused token,
+    which reaches the turn's client, and the client's repr name the endpoint without it."""
+    from bridge.backs.a2a.http import AgentHttp
+    from bridge.backs.chat.server import ChatServer
+
+    oauth = {"token_url": "https://auth.example/token?code=k3y-in-the-query", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET"}
+    http = AgentHttp("r", parse_config(_route(oauth)).routes["r"])
+    chat = ChatServer("r", parse_config(_route(oauth, {"kind": "chat", "url": "ws://127.0.0.1:9/ws"})).routes["r"])
+    assert http.oauth is not None and chat.oauth is not None
+    for said in (http._auth_hint(), chat.auth_hint(), repr(http.oauth)):
+        assert "https://auth.example/token" in said and "k3y" not in said, said
+
+
 async def test_a_server_echoing_the_secret_does_not_put_it_in_the_error(autojump_clock: trio.testing.MockClock) -> None:
     async def echo(request: httpx.Request) -> httpx.Response:
         import base64
@@ -302,6 +334,17 @@ async def test_a_server_echoing_the_secret_does_not_put_it_in_the_error(autojump
     with pytest.raises(BackError) as caught:
         await client.token()
     assert SECRET not in caught.value.message and "bad: c:***" in caught.value.message, caught.value.message
+    await client.aclose()
+
+    async def echo_late(request: httpx.Request) -> httpx.Response:
+        # The secret where the error's words are cut (200 characters): none of it is shown.
+        return httpx.Response(401, json={"error": "x" * 60 + SECRET, "error_description": "y" * 190 + SECRET})
+
+    client = OAuthClient(cfg, name="route r")
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(echo_late))
+    with pytest.raises(BackError) as caught:
+        await client.token()
+    assert SECRET[:4] not in caught.value.message, caught.value.message
     await client.aclose()
 
 
@@ -344,13 +387,15 @@ _answers = st.one_of(
 
 
 @settings(max_examples=100, deadline=None)
-@given(status=st.sampled_from([200, 200, 200, 400, 401, 403, 500, 503]), body=_answers)
-def test_any_token_endpoint_answer_is_a_usable_token_or_a_back_error(status: int, body: bytes) -> None:
-    """What a token endpoint answers is untrusted: any status and bytes give a token a
-    header can carry, or a BackError; never another exception, never a hang."""
+@given(status=st.sampled_from([200, 200, 200, 400, 401, 403, 500, 503]), body=_answers,
+       encoding=st.sampled_from([None, None, "gzip", "deflate", "br", "identity"]))  # fmt: skip
+def test_any_token_endpoint_answer_is_a_usable_token_or_a_back_error(status: int, body: bytes, encoding: str | None) -> None:
+    """What a token endpoint answers is untrusted: any status, Content-Encoding and bytes
+    give a token a header can carry, or a BackError; never another exception, never a hang."""
 
     async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=body, headers={"content-type": "application/json"})
+        headers = {"content-type": "application/json", **({"content-encoding": encoding} if encoding else {})}
+        return httpx.Response(status, content=body, headers=headers)
 
     async def main() -> None:
         cfg = msgspec.convert({"token_url": "http://auth.test/token", "client_id": "c", "client_secret_env": "TEST_OAUTH_SECRET",

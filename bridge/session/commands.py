@@ -17,6 +17,7 @@ from bridge.core.content import ContentBlock
 from bridge.core.identity import ANONYMOUS, Identity
 from bridge.core.events import ConfigOption, ConfigValue, Event, OptionsChanged, QuestionAnswered
 from bridge.errors import InvalidParams, NotFound
+from bridge.session.limits import Admission
 from bridge.session.turn import Turn, check_answer
 from bridge.store import SessionRecord
 
@@ -51,15 +52,22 @@ class Commands:
         `front`: which front asks (a label of the refusals metric). `RateLimited` when a
         limit is reached (bridge/session/limits.py): then no turn begins."""
         limits = getattr(self.manager, "limits", None)  # a SessionManager's (a test's stand-in may have none)
-        release = limits.admit(self.record.route, identity, front=front) if limits is not None else _no_release
+        release = limits.admit(self.record.route, identity, front=front) if limits is not None else Admission((), ())
         try:
             turn = self.start_turn(content, message_id=message_id, meta=meta, turn_id=turn_id, record_meta=record_meta)
         except BaseException:
-            release()
+            release.refund()  # refused (busy, an unknown /command): it took no turn of the caller's minute
             raise
         turn.identity, turn.front = identity, front
         turn.when_done(release)
         return turn
+
+    def check_limits(self, identity: Identity, front: str) -> None:
+        """`RateLimited` if a turn of `identity` would be refused now (bridge/session/limits.py
+        `check`); nothing is taken."""
+        limits = getattr(self.manager, "limits", None)
+        if limits is not None:
+            limits.check(self.record.route, identity, front=front)
 
     async def send_answer(self, question_id: str, **answer: Any) -> None:
         """`answer`, awaitable: its errors (no such question, an answer that does not fit)
@@ -133,7 +141,3 @@ class Commands:
         self._emit(OptionsChanged(options=options))
         await self.save_record()
         return options
-
-
-def _no_release() -> None:
-    return None

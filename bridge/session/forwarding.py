@@ -89,6 +89,9 @@ class Forwarding:
         except Exception as exc:  # a hint to the owner (flush sooner): losing it costs only latency
             log.info("session %s: %s not delivered to its owner: %s", self.id, type(command).__name__, exc)
 
+    def check_limits(self, identity: Identity, front: str) -> None:
+        """Nothing here: the owner counts the turns it runs (`begin_turn` is refused there)."""
+
     async def begin_turn(
         self, content: list[ContentBlock], *, message_id: str | None = None, meta: dict[str, Any] | None = None,
         turn_id: str | None = None, record_meta: dict[str, Any] | None = None,

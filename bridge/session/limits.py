@@ -9,7 +9,9 @@ then takes one turn from the route's token bucket (`requests_per_minute`, holdin
 bucket, when it holds a turn again; for concurrency, a second, since nobody knows when
 a running turn ends); each front answers it its protocol's way (HTTP 429 and
 `Retry-After`, JSON-RPC -32005 with `data.retryAfter`, ...). An admitted turn holds
-its slots until it ends (`Turn.when_done`).
+its slots until it ends (`Turn.when_done`); one refused after all as it begins (the
+session busy, an unknown /command) gives back the turns it took from the buckets too,
+since nothing ran (`Admission.refund`).
 
 A caller is its `Identity.key` (bridge/core/identity.py): every anonymous request is one
 caller. Callers are kept per route in an LRU of at most `[limits] max_identities`; one
@@ -29,7 +31,7 @@ from bridge.config import Config, Limits
 from bridge.core.identity import Identity
 from bridge.errors import RateLimited
 
-__all__ = ["Limit", "TokenBucket", "TurnLimits", "effective"]
+__all__ = ["Admission", "Limit", "TokenBucket", "TurnLimits", "effective"]
 
 
 class TokenBucket:
@@ -87,6 +89,33 @@ class Limit:
         return self.bucket.take(now)
 
 
+class Admission:
+    """An admitted turn's hold on its route's and its caller's counts: called once, as the
+    turn ends (later calls do nothing); `refund` instead when no turn began after all."""
+
+    __slots__ = ("_buckets", "_held", "_limits")
+
+    def __init__(self, limits: tuple[Limit, ...], buckets: tuple[TokenBucket, ...]) -> None:
+        self._limits = limits
+        self._buckets = buckets  # those it took a turn from
+        self._held = True
+        for limit in limits:
+            limit.running += 1
+
+    def __call__(self) -> None:
+        if self._held:
+            self._held = False
+            for limit in self._limits:
+                limit.running -= 1
+
+    def refund(self) -> None:
+        """Release, and give back the turns taken from the buckets (nothing started)."""
+        if self._held:
+            self()
+            for bucket in self._buckets:
+                bucket.give_back()
+
+
 def effective(default: Limits, route: Limits) -> Limits:
     """The route's limits: each one it sets, else `[limits]`'s."""
     fields = Limits.__struct_fields__
@@ -118,13 +147,13 @@ class TurnLimits:
         """Callers remembered now (a gauge)."""
         return len(self._callers)
 
-    def admit(self, route: str, identity: Identity, *, front: str = "") -> Callable[[], None]:
+    def admit(self, route: str, identity: Identity, *, front: str = "") -> Admission:
         """Count one more turn of `identity` on `route`, or raise `RateLimited`. Returns
-        what to call once, when the turn ends."""
+        what to call once, when the turn ends (or to `refund` if it never begins)."""
         config = self._config()
         spec = config.routes.get(route)
         if spec is None:  # a route being removed: no limits to apply
-            return _nothing
+            return Admission((), ())
         lim = effective(config.limits, spec.limits)
         now = self._clock()
         whole = self._routes.get(route)
@@ -133,8 +162,10 @@ class TurnLimits:
         key = (route, identity.key)
         caller = self._callers.get(key)
         if caller is None:
+            # Room made first: the caller just added is never the one forgotten (a caller
+            # counted in a Limit no longer in the table would escape its limits).
+            self._forget(config.limits.max_identities - 1)
             caller = self._callers[key] = Limit()
-            self._forget(config.limits.max_identities)
         else:
             self._callers.move_to_end(key)
         if lim.max_concurrent_turns and whole.running >= lim.max_concurrent_turns:
@@ -157,18 +188,12 @@ class TurnLimits:
             self._refuse(route, "requests_per_minute", "identity", front, _after(wait),
                          f"you started your {per:g} turns a minute on route {route} (per_identity_requests_per_minute); "
                          f"try again in {_after(wait)} s")  # fmt: skip
-        whole.running += 1
-        caller.running += 1
-        released = False
+        return Admission((whole, caller), tuple(b for b in (whole.bucket, caller.bucket) if b is not None))
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                whole.running -= 1
-                caller.running -= 1
-
-        return release
+    def check(self, route: str, identity: Identity, *, front: str = "") -> None:
+        """Raise `RateLimited` as `admit` would now, taking nothing: what a front does for
+        a turn before it begins (the chat front's mode and model) is not done for one refused."""
+        self.admit(route, identity, front=front).refund()
 
     def _refuse(self, route: str, limit: str, scope: str, front: str, after: int, message: str) -> None:
         if self.on_refused is not None:
@@ -192,7 +217,3 @@ class TurnLimits:
     def forget_route(self, route: str) -> None:
         """A route removed on reload: its counts go (running turns release into nothing)."""
         self._routes.pop(route, None)
-
-
-def _nothing() -> None:
-    return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -25,6 +26,13 @@ __all__ = ["ACCESS_TOKEN_TYPE", "OAuthConfig"]
 # RFC 8693 §3, token type identifiers.
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers the bridge sets itself, or that frame the request (RFC 9110 §7.6.1, §8.6; RFC
+# 9112 §6): a caller's subject in one would replace the token or the message's framing.
+_NOT_FORWARDED = frozenset({
+    "authorization", "proxy-authorization", "cookie", "host", "content-length", "content-type", "content-encoding",
+    "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade", "expect", "accept", "a2a-version",
+    "a2a-extensions",
+})  # fmt: skip
 
 
 class OAuthConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -63,8 +71,7 @@ class OAuthConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     forward_identity_header: str | None = None
 
     def __post_init__(self) -> None:
-        if not re.match(r"^https?://[^/\s]+", self.token_url):
-            raise ValueError(f"token_url: {self.token_url!r} is not an http:// or https:// URL")
+        _check_token_url(self.token_url)
         if self.client_secret_env and self.client_secret_file:
             raise ValueError("set client_secret_env or client_secret_file, not both")
         if self.subject_token_env and self.subject_token_file:
@@ -80,6 +87,9 @@ class OAuthConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
             raise ValueError(f"resource: {self.resource!r} is not an absolute URI (RFC 8707 §2)")
         if self.forward_identity_header is not None and not _HEADER_NAME.fullmatch(self.forward_identity_header):
             raise ValueError(f"forward_identity_header: {self.forward_identity_header!r} is not a header name")
+        if self.forward_identity_header is not None and self.forward_identity_header.lower() in _NOT_FORWARDED:
+            raise ValueError(f"forward_identity_header: {self.forward_identity_header!r} is a header the bridge sets or "
+                             "that frames the request; name one of its own (X-Forwarded-User)")  # fmt: skip
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -89,3 +99,20 @@ class OAuthConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     @property
     def files(self) -> tuple[str, ...]:
         return tuple(f for f in (self.client_secret_file, self.subject_token_file) if f)
+
+
+def _check_token_url(url: str) -> None:
+    """An http(s) URL whose host and port parse (the client names it, without its query,
+    in every error), with no control character and no credentials in it: the client's
+    secret is named by `client_secret_env`/`client_secret_file`, never written here."""
+    if not re.match(r"^https?://[^/\s]+", url) or not url.isprintable():
+        raise ValueError(f"token_url: {url!r} is not an http:// or https:// URL")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        raise ValueError(f"token_url: {url!r} is not a usable URL ({exc})") from None
+    if not parts.hostname:
+        raise ValueError(f"token_url: {url!r} names no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("token_url: holds credentials (user:password@); set client_id and client_secret_env or client_secret_file")

@@ -121,12 +121,13 @@ class OAuthClient:
         self._flight: _Flight | None = None
         self._http: httpx.AsyncClient | None = None
         u = urlsplit(cfg.token_url)
-        self._where = f"{u.scheme}://{u.hostname or ''}{':' + str(u.port) if u.port else ''}{u.path}"
+        # The token endpoint as every message names it: no query (a key may ride in it).
+        self.where = f"{u.scheme}://{u.hostname or ''}{':' + str(u.port) if u.port else ''}{u.path}"
         self.requests = 0  # token requests sent (a metric, and what tests count)
         self._sent: set[str] = set()  # the secrets read for requests: kept out of what a server says back
 
     def __repr__(self) -> str:
-        return f"OAuthClient({self.name!r}, token_url={self._where!r})"
+        return f"OAuthClient({self.name!r}, token_url={self.where!r})"
 
     def _error(self, what: str, *, unavailable: bool = False) -> BackError:
         cls = BackUnavailable if unavailable else BackError
@@ -194,7 +195,7 @@ class OAuthClient:
             if not subject:
                 where = f"${cfg.subject_token_env}" if cfg.subject_token_env else cfg.subject_token_file
                 raise self._error(f"no subject token for the token exchange in {where} (subject_token_env/subject_token_file)")
-            add_secret(subject)
+            add_secret(subject, rotating=True)  # read anew at each request: it may rotate often
             self._remember(subject)
             form.update(grant_type=_TOKEN_EXCHANGE, subject_token=subject.strip(), subject_token_type=cfg.subject_token_type)
             if cfg.requested_token_type:
@@ -269,7 +270,7 @@ class OAuthClient:
             delay *= 2
 
     async def _attempt(self, form: dict[str, str], headers: dict[str, str], grant: str) -> _Token:
-        at = f"the token endpoint at {self._where}"
+        at = f"the token endpoint at {self.where}"
         self.requests += 1
         try:
             with trio.fail_after(self.cfg.timeout_s):
@@ -288,17 +289,20 @@ class OAuthClient:
             raise _Retry(self._error(f"{at} did not answer within timeout_s ({self.cfg.timeout_s:g} s)", unavailable=True)) from None
         except httpx.TransportError as exc:
             raise _Retry(self._error(f"cannot reach {at}: {type(exc).__name__}", unavailable=True)) from None
+        except httpx.DecodingError:  # not a TransportError: a body its Content-Encoding does not decode
+            raise self._error(f"{at} answered a body that does not decode as its Content-Encoding says") from None
         status = resp.status_code
         if status >= 500 or status == 429:
             raise _Retry(self._error(f"{at} answered HTTP {status}", unavailable=True))
         if status != 200:
             try:
                 err = _decode_error.decode(body)
-                said = f"{_words(err.error, 64)}" + (f": {_words(err.error_description)}" if err.error_description else "")
+                # Blanked before cut: a secret cut in two would not be found, and half shown.
+                said = _words(self._clean(err.error), 64) + (f": {_words(self._clean(err.error_description))}" if err.error_description else "")
             except (msgspec.DecodeError, msgspec.ValidationError):
                 said = "no OAuth error in its answer"
             hint = " (check client_id and the client secret)" if status == 401 or "invalid_client" in said else ""
-            raise self._error(f"{at} refused the {grant} grant: HTTP {status}, {self._clean(said)}{hint}")
+            raise self._error(f"{at} refused the {grant} grant: HTTP {status}, {said}{hint}")
         try:
             answer = _decode_token.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -312,7 +316,7 @@ class OAuthClient:
         life = min(life, _MAX_LIFETIME_S)
         margin = min(self.cfg.expiry_margin_s, life / 2)
         renew_at = trio.current_time() + life - margin if life > 0 else -math.inf
-        log.info("%s: new access token from %s (%s, valid %g s)", self.name, self._where, grant, life)
+        log.info("%s: new access token from %s (%s, valid %g s)", self.name, self.where, grant, life)
         return _Token(answer.access_token, renew_at)
 
     async def aclose(self) -> None:

@@ -98,7 +98,7 @@ class A2ABack:
             )
         if self.http.oauth is not None:
             await self.http.oauth.token()
-            found += f"; an OAuth access token from {self.http.oauth.cfg.token_url.partition('?')[0]}"
+            found += f"; an OAuth access token from {self.http.oauth.where}"
         return found
 
     async def card(self) -> tuple[CardView, Wire]:

@@ -173,7 +173,7 @@ class AgentHttp:
 
     def _auth_hint(self) -> str:
         if self.oauth is not None:
-            return f"the OAuth token from {self.oauth.cfg.token_url} was refused, also after renewing it"
+            return f"the OAuth token from {self.oauth.where} was refused, also after renewing it"
         if self.cfg.token_env:
             return f"check the token in ${self.cfg.token_env}"
         if self.cfg.token_file:

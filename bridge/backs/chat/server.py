@@ -133,7 +133,7 @@ class ChatServer:
 
     def auth_hint(self) -> str:
         if self.oauth is not None:
-            return f"the OAuth token from {self.oauth.cfg.token_url} was refused, also after renewing it"
+            return f"the OAuth token from {self.oauth.where} was refused, also after renewing it"
         if self.cfg.token_env:
             return f"check the token in ${self.cfg.token_env}"
         if self.cfg.token_file:

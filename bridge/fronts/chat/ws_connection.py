@@ -450,6 +450,8 @@ class WsConnection:
             raise InvalidParams(f'message is empty: send {{"session_id", "message": text or items}} or an askuser_answer{hint}')
         if p.output_schema is not None:
             chat_parts.check_output_schema(p.output_schema)
+        if p.mode or p.model:
+            session.check_limits(self.identity, "ws")  # a turn over `[limits]` changes no option of the back's
         for value, category in ((p.mode, "mode"), (p.model, "model")):
             option = next((o for o in session.route.options if o.category == category), None) if value else None
             if option is not None and value in {v.value for v in option.values}:

@@ -200,13 +200,16 @@ async def call(
                 return _error(f"session {session_id} belongs to tool {session.record.route!r}, not {route!r}")
         else:
             owners.check_start(manager.config, route, who)
-            session = await manager.create(route, front="mcp", cwd=os.getcwd(), meta=owners.owned_by(who))
+            # Lazy: stored with its turn's first flush, so a call refused before any turn
+            # (over `[limits]`, a bad /command) leaves no empty session behind it.
+            session = await manager.create(route, front="mcp", cwd=os.getcwd(), meta=owners.owned_by(who), lazy=True)
     except BridgeError as exc:
         return _error(exc.message)
     collector = _Collector()
     unsubscribe = session.subscribe(collector)
     try:
-        return await _one_turn(session, collector, prompt, ctx, progress_interval_s, who)
+        created = not (isinstance(session_id, str) and session_id)
+        return await _one_turn(session, collector, prompt, ctx, progress_interval_s, who, created=created)
     finally:
         unsubscribe()
         with trio.move_on_after(session.route.cancel_grace_s + 2, shield=True):
@@ -214,7 +217,7 @@ async def call(
 
 
 async def _one_turn(
-    session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float, who: Identity
+    session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float, who: Identity, *, created: bool
 ) -> types.CallToolResult:
     try:
         telemetry.incoming("mcp", ctx.meta, scope=getattr(ctx.request, "scope", None))  # `_meta` (MCP SEP-414), then headers
@@ -224,7 +227,8 @@ async def _one_turn(
         # the client can back off on (-32005, `data.retryAfter` in seconds).
         raise MCPError(codes_for(exc).jsonrpc, exc.message, data=exc.data) from None
     except BridgeError as exc:  # a refused slash command, a busy session, shutting down
-        return _error(exc.message, session_id=session.id)
+        # A session made for this call and refused its turn was never stored: no id to go on with.
+        return _error(exc.message) if created else _error(exc.message, session_id=session.id)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(functools.partial(_watch, session, collector, ctx, interval, nursery=nursery))
