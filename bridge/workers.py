@@ -394,7 +394,9 @@ async def supervise(config: Any, command: Sequence[str], count: int, **policy: A
         await supervisor.all_ready.wait()
         shown = [listener.shown for listener in listeners]
         console = console_url(shown)
-        print(f"listening {' '.join(shown)}" + (f"\nconsole: {console}" if console else ""), flush=True)
+        # One write, newline included: with PYTHONUNBUFFERED, print() writes its `end` apart,
+        # and a reader may see the console line before its newline.
+        print(f"listening {' '.join(shown)}" + (f"\nconsole: {console}" if console else "") + "\n", end="", flush=True)
 
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -220,7 +220,7 @@ async def _one_turn(
     session: Session, collector: _Collector, prompt: str, ctx: Any, interval: float, who: Identity, *, created: bool
 ) -> types.CallToolResult:
     try:
-        telemetry.incoming("mcp", ctx.meta, scope=getattr(ctx.request, "scope", None))  # `_meta` (MCP SEP-414), then headers
+        telemetry.incoming("mcp", getattr(ctx, "meta", None), scope=getattr(getattr(ctx, "request", None), "scope", None))  # `_meta` (MCP SEP-414), then headers
         turn = await session.begin_turn([TextContent(text=prompt)], identity=who, front="mcp")
     except RateLimited as exc:
         # Not the tool's failure but the server refusing the request: a JSON-RPC error
