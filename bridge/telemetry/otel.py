@@ -210,6 +210,29 @@ class _Resource(Resource):
         return self._hash
 
 
+class _DroppedTurn(TurnTrace):
+    """A turn its sampler dropped: nothing of it is recorded, so it opens no child spans.
+    Each sampler `OTEL_TRACES_SAMPLER` names would drop them too (the parent-based ones
+    follow the parent, `traceidratio` decides again on the same trace id, `always_off`
+    drops everything), and each SDK span, recorded or not, costs CPU (a turn's two or
+    three come to ~60 µs in the daemon). What its back sends still names it, unsampled,
+    so the next hop keeps the decision (W3C Trace Context §3.2.2.5)."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, span: OtelSpan) -> None:
+        self._ctx = trace.set_span_in_context(span, Context())
+
+    def carrier(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        try:
+            _PROPAGATOR.inject(out, context=self._ctx)
+        except Exception:
+            _failed("carrier")
+            return {}
+        return out
+
+
 class OtelTracing:
     """The tracer every turn's span comes from (installed by `bridge.telemetry.setup`)."""
 
@@ -240,6 +263,8 @@ class OtelTracing:
         ctx = _remote(parent) if parent else Context()
         attributes = {**attributes, "agent_bridge.front": front}
         span = self.tracer.start_span(f"turn {attributes['agent_bridge.route']}", context=ctx, kind=SpanKind.SERVER, attributes=attributes)
+        if not span.is_recording():
+            return _DroppedTurn(span)
         return OtelTurnTrace(self.tracer, span, attributes["agent_bridge.back"], self.flush_span_min_ns)
 
     def shutdown(self) -> None:
