@@ -31,7 +31,9 @@ With `--tracing`, a second bridge runs beside the first with tracing on (`[telem
 enabled`, the `otel` extra: a span per turn and its children, the SDK's batch processor
 exporting OTLP/HTTP to bench/peers/otlp_sink.py, a local sink in its own process);
 each round measures A, then the traced bridge, back to back (the a2a-sdk server is not
-started). Goal (issue 19): tracing on costs ≤ 10 % of requests/s and events/s.
+started). Goal (issue 19): tracing on costs ≤ 10 % of requests/s and events/s; each
+round's server CPU per SendMessage on/off is printed too, with its median (the steadier
+reading on a shared machine).
 
     .venv/bin/python bench/a2a_front.py                  # ~60 s
     .venv/bin/python bench/a2a_front.py --tracing        # and the cost of tracing
