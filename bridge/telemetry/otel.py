@@ -212,11 +212,13 @@ class _Resource(Resource):
 
 class _DroppedTurn(TurnTrace):
     """A turn its sampler dropped: nothing of it is recorded, so it opens no child spans.
-    Each sampler `OTEL_TRACES_SAMPLER` names would drop them too (the parent-based ones
-    follow the parent, `traceidratio` decides again on the same trace id, `always_off`
-    drops everything), and each SDK span, recorded or not, goes through the sampler (a
-    dropped turn's calls: 10.9 → 4.4 µs in one process). What its back sends still names
-    it, unsampled, so the next hop keeps the decision (W3C Trace Context §3.2.2.5)."""
+    Each sampler the SDK ships (`OTEL_TRACES_SAMPLER`) would drop them too (the
+    parent-based ones follow the parent, `traceidratio` decides again on the same trace
+    id, `always_off` drops everything; a custom sampler that would keep a child of a
+    dropped parent is not followed), and each SDK span, recorded or not, goes through
+    the sampler (a dropped turn's calls: 10.9 → 4.4 µs in one process). What its back
+    sends still names it, unsampled, so the next hop keeps the decision (W3C Trace
+    Context §3.2.2.5)."""
 
     __slots__ = ("_ctx",)
 
