@@ -31,7 +31,9 @@ With `--tracing`, a second bridge runs beside the first with tracing on (`[telem
 enabled`, the `otel` extra: a span per turn and its children, the SDK's batch processor
 exporting OTLP/HTTP to bench/peers/otlp_sink.py, a local sink in its own process);
 each round measures A, then the traced bridge, back to back (the a2a-sdk server is not
-started). Goal (issue 19): tracing on costs ≤ 10 % of requests/s and events/s.
+started). Goal (issue 19): tracing on costs ≤ 10 % of requests/s and events/s; each
+round's server CPU per SendMessage on/off is printed too, with its median (the steadier
+reading on a shared machine).
 
     .venv/bin/python bench/a2a_front.py                  # ~60 s
     .venv/bin/python bench/a2a_front.py --tracing        # and the cost of tracing
@@ -344,6 +346,12 @@ def _tracing_report(rps: dict[str, list[tuple[float, float]]], sse: dict[str, li
     print(table(["", "A tracing off", "A' tracing on", "on/off"], rows))
     per_round = [on[0] / off[0] for off, on in zip(rps["A"], rps["T"], strict=True)]
     print(f"\nper-round req/s on/off: {', '.join(f'{x:.3f}' for x in per_round)}; load average {os.getloadavg()[0]:.1f}")
+    # Server CPU per request is what tracing adds (req/s on a shared machine is too noisy):
+    # each round's on/off ratio, then their median and spread.
+    cpu = [on[1] / off[1] for off, on in zip(rps["A"], rps["T"], strict=True)]
+    print(f"per-round server CPU per SendMessage on/off: {', '.join(f'{x:.3f}' for x in cpu)}; "
+          f"median {median(cpu) - 1:+.1%} (spread {min(cpu) - 1:+.1%} to {max(cpu) - 1:+.1%}): "
+          f"{'PASS' if median(cpu) - 1 <= TRACING_GOAL else 'FAIL'}")  # fmt: skip
     lost_rps = 1 - m(rps["T"], 0) / m(rps["A"], 0)
     lost_sse = 1 - m(sse["T"], 0) / m(sse["A"], 0)
     ok = lost_rps <= TRACING_GOAL and lost_sse <= TRACING_GOAL
