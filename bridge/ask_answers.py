@@ -82,7 +82,10 @@ class Field:
 
 
 def _quote(text: str) -> str:
-    return repr(text if len(text) <= _ECHO else text[:_ECHO] + "…")
+    """What was typed, quoted for a retry message: at most `_ECHO` characters of its repr
+    (a control character or an astral one spells out as up to ten)."""
+    shown = repr(text)
+    return shown if len(shown) <= _ECHO else shown[: _ECHO - 1] + "…"
 
 
 def match_option(options: list[QuestionOption] | tuple[QuestionOption, ...], token: str) -> QuestionOption | None:

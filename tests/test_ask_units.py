@@ -62,6 +62,14 @@ def test_a_typed_line_is_an_answer_the_session_takes_or_a_retry(q: ev.Question, 
         _takes(q, reply)
 
 
+def test_a_retry_quotes_at_most_a_bounded_part_of_what_was_typed() -> None:
+    # Control and astral characters spell out as up to ten in a repr: the echo is bounded
+    # after quoting, not before (hypothesis found a 60-character line that made 200+).
+    one = ev.Question(id="q", kind="choice", prompt="?", options=[ev.QuestionOption(id="a", label="A")])
+    reply = parse_reply(one, "000" + "\x1f" * 8 + "\U00010756" * 20)
+    assert isinstance(reply, Retry) and len(reply.message) < 200, reply
+
+
 @given(QUESTIONS, st.sampled_from([None, "allow", "reject", "first"]), st.lists(st.text(max_size=8), max_size=3), st.none() | st.text(max_size=20))
 @settings(max_examples=400, deadline=None)
 def test_flags_give_an_answer_the_session_takes_or_none(q: ev.Question, policy: Any, options: list[str], text: str | None) -> None:
