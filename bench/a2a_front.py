@@ -140,26 +140,37 @@ async def requests_per_s(server: Server, body: bytes, want: bytes, conns: int, s
 
     async def one(deadline: float) -> None:
         nonlocal done
-        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
-        async with stream:
-            buf = b""
-            while trio.current_time() < deadline:
-                await stream.send_all(req)
-                while True:
-                    end = buf.find(b"\r\n\r\n")
-                    if end >= 0:
-                        head = buf[:end].lower()
-                        size = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
-                        if len(buf) >= end + 4 + size:
-                            reply, buf = buf[end + 4 : end + 4 + size], buf[end + 4 + size :]
-                            if want not in reply:
-                                raise SystemExit(f"{server.name}: unexpected answer {reply[:300]!r}")
-                            break
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        raise SystemExit(f"{server.name} closed the connection")
-                    buf += chunk
-                done += 1
+        while trio.current_time() < deadline:
+            # A connection serves as many requests as its server keeps it for (hypercorn's
+            # keep_alive_max_requests, 1000 by default); then the next one opens.
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as stream:
+                buf, served, closed = b"", 0, False
+                while not closed and trio.current_time() < deadline:
+                    try:
+                        await stream.send_all(req)
+                    except trio.BrokenResourceError:
+                        closed = True
+                    while not closed:
+                        end = buf.find(b"\r\n\r\n")
+                        if end >= 0:
+                            head = buf[:end].lower()
+                            size = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+                            if len(buf) >= end + 4 + size:
+                                reply, buf = buf[end + 4 : end + 4 + size], buf[end + 4 + size :]
+                                if want not in reply:
+                                    raise SystemExit(f"{server.name}: unexpected answer {reply[:300]!r}")
+                                served += 1
+                                done += 1
+                                break
+                        try:
+                            chunk = await stream.receive_some(65536)
+                        except trio.BrokenResourceError:
+                            chunk = b""
+                        if not chunk:
+                            closed = True
+                        buf += chunk
+                if closed and (buf or not served):
+                    raise SystemExit(f"{server.name} closed the connection mid-answer")
 
     c0, t0 = cpu_s(server.proc.pid), time.perf_counter()
     async with trio.open_nursery() as nursery:
