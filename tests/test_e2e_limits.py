@@ -15,6 +15,10 @@ while every front tries another turn and is refused its protocol's way:
 
 and `/metrics` counts each refusal by route, reason and front. Stopping the slow turn
 (chat:stop, its chat:end awaited) frees the slot: the next ACP prompt runs.
+
+Per caller: two callers signed in by a test issuer (real JWTs, checked by the daemon) on
+a route with `per_identity_concurrent_turns = 1`; one's held slot refuses only its own
+next turn.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from mcp.shared.exceptions import MCPError
 from trio_websocket import open_websocket_url
 
 from daemon_support import AcpClient, base_config, start_daemon
+
+from tests.issuer_support import AUDIENCE, running_issuer
 
 
 def _metric(text: str, route: str, reason: str, front: str) -> float:
@@ -139,3 +145,31 @@ async def test_limits_on_every_front(bridge_exe: list[str], tmp_path: Path, clea
             assert _metric(metrics, "rpm", "route_requests_per_minute", "a2a") == 1
             assert re.search(r'^agent_bridge_turns_running\{route="limited"\} 0\.0$', metrics, re.M), metrics
 
+
+
+async def test_per_identity_limits_count_each_issuer_caller_apart(bridge_exe: list[str], tmp_path: Path, clean_env: dict[str, str]) -> None:
+    # Two callers signed in by one issuer (real JWTs, checked by the daemon): alice's slow
+    # turn holds her one slot on `team`, so her next turn is refused as hers (scope
+    # "identity"), while bob's turn on the same route runs; the refusal is counted.
+    routes = {"team": {"back": {"kind": "demo", "chunk_delay_s": 0.0, "slow_duration_s": 600}, "limits": {"per_identity_concurrent_turns": 1}}}
+    with running_issuer() as issuer:
+        config = base_config(tmp_path, routes, auth={"issuers": [{"issuer": issuer.url, "audience": AUDIENCE}]})
+        alice = {"Authorization": f"Bearer {issuer.mint('alice')}"}
+        bob = {"Authorization": f"Bearer {issuer.mint('bob')}"}
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d, httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+            with trio.fail_after(60):
+                held = (await h.post("/api/sessions", json={"route": "team"}, headers=alice)).json()["session_id"]
+                r = await h.post(f"/api/sessions/{held}/prompt", json={"text": "slow: hold alice's slot"}, headers=alice)
+                assert r.status_code == 202, r.text
+
+                again = (await h.post("/api/sessions", json={"route": "team"}, headers=alice)).json()["session_id"]
+                r = await h.post(f"/api/sessions/{again}/prompt", json={"text": "hello"}, headers=alice)
+                assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+                assert r.json()["limit"] == "concurrent_turns" and r.json()["scope"] == "identity", r.json()
+
+                msg = {"messageId": "b1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+                r = await h.post("/a2a/team/message:send", json={"message": msg}, headers={**bob, "A2A-Version": "1.0"})
+                assert r.status_code == 200 and r.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+
+                metrics = (await h.get("/metrics")).text
+                assert _metric(metrics, "team", "identity_concurrent_turns", "rest") == 1.0, metrics
