@@ -127,3 +127,24 @@ async def everything_http(node: str, log: Path) -> AsyncIterator[str]:
         with trio.CancelScope(shield=True):
             proc.kill()
             await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def prompts_server_http(control: Control, log: Path, **env: str) -> AsyncIterator[str]:
+    """tests/peers/mcp_prompts_server.py over Streamable HTTP on 127.0.0.1, its URL; `env`
+    says what it asks of clients (`PROMPTS_TOKEN`, `PROMPTS_INTROSPECT`)."""
+    with log.open("wb") as err:
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(PROMPTS_SERVER), str(control.path), "--http", "0"],
+            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **env},
+        )  # fmt: skip
+    try:
+        with trio.fail_after(20):  # the server says its port on stderr, which goes to a file
+            while not (m := re.search(r"LISTENING (\d+)", log.read_text(errors="replace"))):
+                assert proc.returncode is None, log.read_text(errors="replace")
+                await trio.sleep(0.05)
+        yield f"http://127.0.0.1:{m.group(1)}/mcp"
+    finally:
+        with trio.CancelScope(shield=True):
+            proc.kill()
+            await proc.wait()

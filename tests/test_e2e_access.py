@@ -239,6 +239,7 @@ start = {_OPS}
             assert sorted(sum(got, [])) == sorted([*carols, shared]) and routes == {"open": 1, "team": 3}
             got, totals, routes = await pages(alice, 4)
             assert [len(p) for p in got] == [4, 2] and totals == {6} and routes == {"open": 1, "team": 5}
+            assert sorted(sum(got, [])) == sorted([*alices, shared]), got  # hers and the shared one, never carol's
             got, totals, routes = await pages(bob, 5)  # ops lists everyone's
             assert [len(p) for p in got] == [5, 4] and totals == {9} and routes == {"open": 1, "team": 8}
 

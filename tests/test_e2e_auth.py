@@ -27,7 +27,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from tests.daemon_support import Daemon, start_daemon
-from tests.issuer_support import AUDIENCE, TestIssuer, issuer_toml, running_issuer
+from tests.issuer_support import TestIssuer, issuer_toml, running_issuer
 
 CEILING_S = 90
 

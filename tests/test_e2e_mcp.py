@@ -15,10 +15,8 @@ import base64
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,7 +28,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from daemon_support import AcpClient
-from mcp_support import PROMPTS_SERVER, TEAM_PROMPTS, Control, config_text, everything_http, node_and_everything
+from mcp_support import TEAM_PROMPTS, Control, config_text, everything_http, node_and_everything, prompts_server_http
 
 CEILING_S = 60
 
@@ -494,25 +492,6 @@ async def test_mcp_front_checks_origin_host_and_token_and_stops_promptly(
                     assert time.monotonic() - started < 3
 
 
-@contextlib.asynccontextmanager
-async def prompts_server_http(control: Control, log: Path, token: str) -> AsyncIterator[str]:
-    """tests/peers/mcp_prompts_server.py over Streamable HTTP on 127.0.0.1, requiring `token`."""
-    with log.open("wb") as err:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, str(PROMPTS_SERVER), str(control.path), "--http", "0"],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PROMPTS_TOKEN": token},
-        )  # fmt: skip
-    try:
-        with trio.fail_after(20):
-            while not (m := re.search(r"LISTENING (\d+)", log.read_text(errors="replace"))):
-                assert proc.returncode is None, log.read_text(errors="replace")
-                await trio.sleep(0.05)
-        yield f"http://127.0.0.1:{m.group(1)}/mcp"
-    finally:
-        with trio.CancelScope(shield=True):
-            proc.kill()
-            await proc.wait()
-
 
 async def test_http_source_headers_come_from_a_file_or_the_environment_and_a_broken_source_is_harmless(
     bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path, control: Control
@@ -522,7 +501,7 @@ async def test_http_source_headers_come_from_a_file_or_the_environment_and_a_bro
     with trio.fail_after(CEILING_S):
         token = "tok-" + os.urandom(6).hex()
         (tmp_path / "token").write_text(token + "\n")
-        async with prompts_server_http(control, tmp_path / "team.log", token) as url:
+        async with prompts_server_http(control, tmp_path / "team.log", PROMPTS_TOKEN=token) as url:
             extra = f"""
 [[routes.demo.prompt_sources]]
 name = "team-file"

@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
-import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +31,11 @@ import trio
 from mcp import Client
 
 from daemon_support import serve_peer, start_daemon, until_log
-from mcp_support import PROMPTS_SERVER, TEAM_PROMPTS, Control
+from mcp_support import TEAM_PROMPTS, Control, prompts_server_http
 
 PEERS = Path(__file__).resolve().parent / "peers"
 SECRET = "bridge-client-s3cret-never-logged"
 
-
-@contextlib.asynccontextmanager
-async def prompts_server(control: Control, log: Path, introspect: str) -> AsyncIterator[str]:
-    with log.open("wb") as err:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, str(PROMPTS_SERVER), str(control.path), "--http", "0"],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PROMPTS_INTROSPECT": introspect},
-        )  # fmt: skip
-    try:
-        with trio.fail_after(20):  # the server says its port on stderr, which goes to a file
-            while not (m := re.search(r"LISTENING (\d+)", log.read_text(errors="replace"))):
-                assert proc.returncode is None, log.read_text(errors="replace")
-                await trio.sleep(0.05)
-        yield f"http://127.0.0.1:{m.group(1)}/mcp"
-    finally:
-        with trio.CancelScope(shield=True):
-            proc.kill()
-            await proc.wait()
 
 
 def _oauth(auth: str, scope: str, secret_env: str = "OAUTH_SECRET") -> str:
@@ -84,7 +62,7 @@ async def test_backs_and_prompt_sources_get_tokens(bridge_exe: list[str], tmp_pa
             serve_peer([sys.executable, str(PEERS / "socketio_server.py"), "--introspect", introspect], tmp_path / "chat.log")
         )
         control = Control(tmp_path / "control.json", TEAM_PROMPTS)
-        source = await stack.enter_async_context(prompts_server(control, tmp_path / "team.log", introspect))
+        source = await stack.enter_async_context(prompts_server_http(control, tmp_path / "team.log", PROMPTS_INTROSPECT=introspect))
         config = f"""
 [server]
 listen = "127.0.0.1:0"

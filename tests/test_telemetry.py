@@ -291,7 +291,7 @@ async def test_the_turn_histograms_carry_the_trace_as_an_exemplar_in_openmetrics
             await session.start_turn([TextContent(text="hello")]).wait()
             nursery.cancel_scope.cancel()
     om = metrics.render(openmetrics_format=True).decode()
-    assert f'# {{span_id="' in om and f'trace_id="{TRACE_ID}"' in om
+    assert '# {span_id="' in om and f'trace_id="{TRACE_ID}"' in om
     assert "agent_bridge_turn_duration_seconds_bucket" in om and om.rstrip().endswith("# EOF")
     assert "trace_id" not in metrics.render().decode()  # the classic text format has no exemplars
     assert wants_openmetrics("application/openmetrics-text; version=1.0.0,text/plain;q=0.5")
