@@ -181,7 +181,7 @@ class HttpApp:
                 await route.refuse(send, *refusal)
                 return
             params = m.groupdict()
-            refused = await self._authenticate(route, scope, params)
+            refused = None if self.auth is None else await self._authenticate(route, scope, params)  # no issuers: no coroutine per request
             if refused is not None:
                 log.warning("%s %s refused (401): %s", scope["method"], path, refused[1])
                 await route.refuse(send, refused[0], refused[1], headers=[("www-authenticate", refused[2])])
@@ -218,7 +218,7 @@ class HttpApp:
             refusal = self.policy.check(scope, route.origins)
             challenge: list[tuple[bytes, bytes]] = []
             if refusal is None:
-                refused = await self._authenticate(route, scope, m.groupdict())
+                refused = None if self.auth is None else await self._authenticate(route, scope, m.groupdict())
                 if refused is None:
                     await route.handler(scope, receive, send, m.groupdict())
                     return
