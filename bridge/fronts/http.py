@@ -184,7 +184,10 @@ class HttpApp:
             refused = None if self.auth is None else await self._authenticate(route, scope, params)  # no issuers: no coroutine per request
             if refused is not None:
                 log.warning("%s %s refused (401): %s", scope["method"], path, refused[1])
-                await route.refuse(send, refused[0], refused[1], headers=[("www-authenticate", refused[2])])
+                # Refused before its body was read, the connection cannot carry another
+                # request (RFC 9112 §9.6): say so, or a client may send its next one on it
+                # as the server closes it ("disconnected without a response").
+                await route.refuse(send, refused[0], refused[1], headers=[("www-authenticate", refused[2]), ("connection", "close")])
                 return
             try:
                 await route.handler(scope, receive, send, params)
