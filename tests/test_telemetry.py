@@ -178,6 +178,69 @@ def test_a_span_shows_no_secret_a_log_line_would_not(exporter: InMemorySpanExpor
         assert "***" in (span.status.description or "")
 
 
+def test_the_sdks_span_limits_and_sampler_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans are recorded by bridge/telemetry/otel.py, not by the SDK's live `Span`: what
+    the SDK would have applied still is. `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` and
+    `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT` bound attributes, a sampler's own attributes and trace
+    state are the span's, and a RECORD_ONLY decision records a span that no exporting
+    processor passes on (it is not sampled) and names no trace on log lines."""
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    class Tagging(Sampler):
+        def __init__(self, decision: Decision) -> None:
+            self.decision = decision
+
+        def should_sample(self, parent_context: Context | None, trace_id: int, name: str, *args: Any, **kw: Any) -> SamplingResult:
+            attributes = dict(args[1] if len(args) > 1 else kw.get("attributes") or {})
+            return SamplingResult(self.decision, {**attributes, "sampler.said": "yes"}, TraceState([("s", "1")]))
+
+        def get_description(self) -> str:
+            return "Tagging"
+
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "6")
+    memory = InMemorySpanExporter()
+    tracing = OtelTracing.with_processor(SimpleSpanProcessor(memory), sampler=Tagging(Decision.RECORD_AND_SAMPLE))
+    attributes = {"agent_bridge.route": "demo", "agent_bridge.session": "session-1", "agent_bridge.turn": "turn-1", "agent_bridge.back": "demo"}
+    trace = tracing.start_turn(None, "a2a", attributes)
+    with trace.back():
+        assert trace.carrier()["tracestate"] == "s=1"
+    trace.end("end_turn")
+    back, turn = memory.get_finished_spans()
+    attrs = dict(turn.attributes or {})
+    assert attrs["agent_bridge.turn"] == "turn" and attrs["sampler.said"] == "yes"  # "turn-1", cut to 4
+    # Eight attributes (4 + front, the sampler's, stop_reason, store_flush_s), six kept: the oldest go, as in the SDK.
+    assert len(attrs) == 6 and turn.dropped_attributes == 2 and "agent_bridge.route" not in attrs
+    assert turn.context.trace_state.get("s") == "1" and back.context.trace_state.get("s") == "1"
+    assert back.parent is not None and back.parent.span_id == turn.context.span_id
+
+    memory.clear()
+    recording = OtelTracing.with_processor(SimpleSpanProcessor(memory), sampler=Tagging(Decision.RECORD_ONLY))
+    trace = recording.start_turn(None, "a2a", attributes)
+    with trace.back():
+        assert trace.carrier()["traceparent"].endswith("-00")  # recorded, not sampled: the next hop is told so
+    trace.end("end_turn")
+    assert memory.get_finished_spans() == () and trace.log_ids() == {}
+
+
+def test_the_console_exporter_prints_a_recorded_span() -> None:
+    """`OTEL_TRACES_EXPORTER=console`: the SDK's ConsoleSpanExporter renders the spans
+    recorded here (their JSON form reads every field the SDK's own spans have)."""
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    out = io.StringIO()
+    tracing = OtelTracing.with_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\n")))
+    trace = tracing.start_turn({"traceparent": TRACEPARENT}, "acp", {"agent_bridge.route": "demo", "agent_bridge.session": "s", "agent_bridge.turn": "t", "agent_bridge.back": "demo"})
+    trace.event("first_chunk")
+    trace.end("failed", "BackError", "it broke")
+    (line,) = out.getvalue().splitlines()
+    span = json.loads(line)
+    assert span["name"] == "turn demo" and span["kind"] == "SpanKind.SERVER" and span["parent_id"] == f"0x{PARENT_ID}"
+    assert span["status"] == {"status_code": "ERROR", "description": "it broke"}
+    assert [e["name"] for e in span["events"]] == ["first_chunk"] and span["attributes"]["agent_bridge.front"] == "acp"
+
+
 async def test_a_prompt_expansion_is_a_child_span(exporter: InMemorySpanExporter) -> None:
     with trio.fail_after(CEILING_S):
         await _run("/greet who=you")

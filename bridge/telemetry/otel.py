@@ -5,20 +5,33 @@ the standard way, by the SDK itself: `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTR
 (the service is `agent-bridge` when neither names it), `OTEL_TRACES_SAMPLER` and its
 argument, `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `_HEADERS`,
 `_TIMEOUT` and the rest of the OTLP/HTTP exporter's variables, `OTEL_BSP_*` for the batch
-processor, `OTEL_ATTRIBUTE_*` and `OTEL_SPAN_*` limits. `OTEL_TRACES_EXPORTER` picks
-`otlp` (the default: OTLP over HTTP with protobuf), `console` or `none`.
+processor, `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT` and `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`.
+`OTEL_TRACES_EXPORTER` picks `otlp` (the default: OTLP over HTTP with protobuf),
+`console` or `none`.
 
-Spans are exported by the SDK's `BatchSpanProcessor` from its own thread: ending a span
-appends it to a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`, spans past it are dropped and
+Spans are exported by the SDK's `BatchSpanProcessor` from its own thread: a finished span
+is appended to a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`, spans past it are dropped and
 counted by the SDK), so the event loop never waits for the collector.
 
+A turn's spans are few and fixed (the turn, its back's call, questions, prompt expansion,
+slow store flushes) and each is written by one task, so they are recorded here, not as
+the SDK's live `Span` objects: the SDK's sampler decides once per turn, its id generator
+makes the ids, and each span is handed, finished, to the processors as the SDK's own
+`ReadableSpan` (what `SpanProcessor.on_end` receives from the SDK), with the provider's
+resource and the `agent-bridge` instrumentation scope. A SendMessage turn (its span, its
+back's, a first-chunk event, a carrier) cost the event loop ~48 µs as the SDK's live spans
+(a lock per span and per attribute set, a sampler call and a context per child) and costs
+~17 µs recorded here; the batch processor's thread then spends ~44 µs encoding it
+(bench/a2a_front.py --tracing). What that leaves out: `SpanProcessor.on_start` is not called (the SDK's batch and simple
+processors do nothing there), and only the processors this module adds see the spans.
+
 Error descriptions go through the log redaction (bridge/logs.py `redact`): what a log
-line would not show, a span does not either. Every span is started with an explicit parent context, never the implicit current one:
-trio copies contextvars into each task at spawn, and a turn runs across tasks (the
-front's, the session's, a back's reader), so the context travels on the turn
-(`Turn.trace`, this module's `OtelTurnTrace`). The propagator is W3C Trace Context
-(`traceparent`, `tracestate`) only: `OTEL_PROPAGATORS` is not read, so a client's
-baggage is never forwarded to a back.
+line would not show, a span does not either. A turn runs across tasks (the front's, the
+session's, a back's reader) and trio copies contextvars into each task at spawn, so the
+trace travels on the turn (`Turn.trace`, this module's `OtelTurnTrace`), never through an
+implicit current context. The propagator is W3C Trace Context (`traceparent`,
+`tracestate`) only: `OTEL_PROPAGATORS` is not read, so a client's baggage is never
+forwarded to a back.
 """
 
 from __future__ import annotations
@@ -26,17 +39,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.trace import Span as OtelSpan
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, Tracer, TraceState
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from bridge import __version__
 from bridge.logs import redact
@@ -46,57 +60,89 @@ __all__ = ["OtelTracing", "OtelTurnTrace"]
 
 log = logging.getLogger("bridge.telemetry")
 
-_PROPAGATOR = TraceContextTextMapPropagator()
 _Value = str | int | float | bool | None
+_Attributes = dict[str, str | int | float | bool]
+_UNSET = Status(StatusCode.UNSET)
+_FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
 
 
-def _clean(attributes: dict[str, _Value]) -> dict[str, str | int | float | bool]:
+def _clean(attributes: dict[str, _Value]) -> _Attributes:
     return {k if "." in k else f"agent_bridge.{k}": v for k, v in attributes.items() if v is not None}
+
+
+def _error(e: BaseException) -> Status:
+    return Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512])  # as in a log line: no secret
+
+
+class _Spans:
+    """Where finished spans go: the provider's resource and id generator, the span limits
+    from the environment, and the processors this module added."""
+
+    __slots__ = ("ids", "max_attributes", "max_length", "processors", "resource", "scope")
+
+    def __init__(self, provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:
+        self.resource = provider.resource
+        self.ids = provider.id_generator
+        self.scope = InstrumentationScope("agent-bridge", __version__)
+        self.processors = tuple(processors)
+        limits = SpanLimits()  # OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT
+        self.max_attributes, self.max_length = limits.max_span_attributes, limits.max_span_attribute_length
+
+    def finish(
+        self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: _Attributes,
+        events: Sequence[Event], status: Status, start: int, end: int,
+    ) -> None:  # fmt: skip
+        attrs: Any = attributes
+        if self.max_length is not None or (self.max_attributes is not None and len(attributes) > self.max_attributes):
+            attrs = BoundedAttributes(self.max_attributes, attributes, max_value_len=self.max_length)
+        span = ReadableSpan(name, context, parent, self.resource, attrs, events, (), kind, None, status, start, end, self.scope)
+        for processor in self.processors:
+            processor.on_end(span)
 
 
 class _Child:
     """One child span of a turn, open while its `with` block runs."""
 
-    __slots__ = ("_attributes", "_kind", "_name", "_owner", "_parent", "_span", "_tracer")
+    __slots__ = ("_attributes", "_kind", "_name", "_owner", "_start", "span_id")
 
-    def __init__(self, owner: OtelTurnTrace | None, tracer: Tracer, name: str, parent: Context, kind: SpanKind, attributes: dict[str, _Value]) -> None:
-        self._owner = owner  # set for the back's call: `carrier()` names it while it is open
-        self._name, self._parent, self._kind, self._attributes = name, parent, kind, attributes
-        self._span: OtelSpan = trace.INVALID_SPAN
-        self._tracer = tracer
+    def __init__(self, owner: OtelTurnTrace, name: str, kind: SpanKind, attributes: _Attributes) -> None:
+        self._owner, self._name, self._kind, self._attributes = owner, name, kind, attributes
+        self._start, self.span_id = 0, 0
 
     def __enter__(self) -> _Child:
         try:
-            attributes = _clean(self._attributes) if self._attributes else None
-            self._span = self._tracer.start_span(self._name, context=self._parent, kind=self._kind, attributes=attributes)
-            if self._owner is not None:
-                self._owner._back = trace.set_span_in_context(self._span, Context())
+            self.span_id = self._owner._spans.ids.generate_span_id()
+            self._start = time.time_ns()
+            if self._kind is SpanKind.CLIENT:
+                self._owner._back = self  # `carrier()` names the back's call while it runs
         except Exception:
             _failed(self._name)
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        owner = self._owner
         try:
-            if self._owner is not None:
-                self._owner._back = None
+            if owner._back is self:
+                owner._back = None
+            if not self.span_id:
+                return  # its start failed (logged there)
+            status = _UNSET
             if e is not None and isinstance(e, Exception):
-                self._span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
-                self._span.set_attribute("error.type", type(e).__name__)
-            self._span.end()
+                status = _error(e)
+                self._attributes["error.type"] = type(e).__name__
+            context = SpanContext(owner._trace_id, self.span_id, False, owner._flags, owner._state)
+            owner._spans.finish(self._name, context, owner._context, self._kind, self._attributes, (), status, self._start, time.time_ns())
         except Exception:
             _failed(self._name)
 
     def set(self, **attributes: _Value) -> None:
-        try:
-            self._span.set_attributes(_clean(attributes))
-        except Exception:
-            _failed(self._name)
+        self._attributes.update(_clean(attributes))
 
 
 class _Flush:
     """A store flush of a turn: timed, added up on the turn; a span only when it took at
-    least the turn's `flush_span_min_ns` or failed (a span costs ~40 µs of CPU all told,
-    a fast flush is most turns' third span: bench/a2a_front.py --tracing)."""
+    least the turn's `flush_span_min_ns` or failed (most flushes are fast, and a span per
+    flush would be most turns' third)."""
 
     __slots__ = ("_events", "_owner", "_start")
 
@@ -114,11 +160,13 @@ class _Flush:
         if end - self._start < owner._flush_span_min_ns and e is None:
             return
         try:
-            span = owner._tracer.start_span("store.flush", context=owner._ctx, start_time=self._start, attributes={"agent_bridge.events": self._events})
+            attributes: _Attributes = {"agent_bridge.events": self._events}
+            status = _UNSET
             if e is not None:
-                span.set_status(Status(StatusCode.ERROR, redact(f"{type(e).__name__}: {e}")[:512]))
-                span.set_attribute("error.type", type(e).__name__)
-            span.end(end_time=end)
+                status = _error(e)
+                attributes["error.type"] = type(e).__name__
+            context = SpanContext(owner._trace_id, owner._spans.ids.generate_span_id(), False, owner._flags, owner._state)
+            owner._spans.finish("store.flush", context, owner._context, SpanKind.INTERNAL, attributes, (), status, self._start, end)
         except Exception:
             _failed("store.flush")
 
@@ -127,67 +175,71 @@ class _Flush:
 
 
 class OtelTurnTrace(TurnTrace):
-    """A traced turn: its SERVER span, the context its children start from, and the
-    back's call while it runs (whose context `carrier()` sends on)."""
+    """A traced turn: its SERVER span (recorded until `end`), the context its children
+    hang off, and the back's call while it runs (which `carrier()` names)."""
 
-    __slots__ = ("_back", "_back_name", "_ctx", "_flush_ns", "_flush_span_min_ns", "_span", "_tracer", "span_id", "trace_id")
+    __slots__ = (
+        "_attributes", "_back", "_context", "_ended", "_events", "_flags", "_flush_ns", "_flush_span_min_ns",
+        "_name", "_parent", "_spans", "_start", "_state", "_state_header", "_trace_id", "_traceparent", "span_id", "trace_id",
+    )  # fmt: skip
 
-    def __init__(self, tracer: Tracer, span: OtelSpan, back: str, flush_span_min_ns: int = 0) -> None:
-        self._tracer = tracer
-        self._back_name = f"back {back}"
-        self._span = span
-        self._ctx = trace.set_span_in_context(span, Context())
-        self._back: Context | None = None
+    def __init__(
+        self, spans: _Spans, name: str, context: SpanContext, parent: SpanContext | None, attributes: _Attributes,
+        flush_span_min_ns: int = 0,
+    ) -> None:  # fmt: skip
+        self._spans, self._name, self._context, self._parent, self._attributes = spans, name, context, parent, attributes
+        self._start = time.time_ns()
+        self._trace_id, self._flags, self._state = context.trace_id, context.trace_flags, context.trace_state
+        self._back: _Child | None = None
+        self._events: list[Event] = []
+        self._ended = False
         self._flush_ns, self._flush_span_min_ns = 0, flush_span_min_ns
-        sc = span.get_span_context()
-        sampled = sc.is_valid and sc.trace_flags.sampled
-        self.trace_id = format(sc.trace_id, "032x") if sampled else ""
-        self.span_id = format(sc.span_id, "016x") if sampled else ""
+        sampled = context.trace_flags.sampled
+        trace_hex = format(context.trace_id, "032x")
+        self._traceparent = (f"00-{trace_hex}-", f"-{context.trace_flags:02x}")  # W3C Trace Context §3.2.2
+        self._state_header = context.trace_state.to_header() if context.trace_state else ""
+        self.trace_id = trace_hex if sampled else ""
+        self.span_id = format(context.span_id, "016x") if sampled else ""
 
     def child(self, name: str, **attributes: _Value) -> _Child:
-        return _Child(None, self._tracer, name, self._ctx, SpanKind.INTERNAL, attributes)
+        return _Child(self, name, SpanKind.INTERNAL, _clean(attributes))
 
     def back(self) -> _Child:
-        return _Child(self, self._tracer, self._back_name, self._ctx, SpanKind.CLIENT, {})
+        return _Child(self, f"back {self._attributes.get('agent_bridge.back', '')}", SpanKind.CLIENT, {})
 
     def flush(self, events: int) -> _Flush:
         return _Flush(self, events)
 
-    # Each method is its own boundary (STYLE.md rule 17): a tracing fault is logged and the
-    # turn goes on untouched (`end` runs just before a turn's waiters are woken).
     def note(self, **attributes: _Value) -> None:
-        try:
-            clean = _clean(attributes)
-            if clean:
-                target = trace.get_current_span(self._back) if self._back is not None else self._span
-                target.set_attributes(clean)
-        except Exception:
-            _failed("note")
+        (self._back._attributes if self._back is not None else self._attributes).update(_clean(attributes))
 
     def event(self, name: str, **attributes: _Value) -> None:
-        try:
-            self._span.add_event(name, _clean(attributes) if attributes else None)
-        except Exception:
-            _failed(name)
+        if not self._ended and len(self._events) < 128:  # an event per call site, not per chunk; bounded all the same
+            self._events.append(Event(name, _clean(attributes) if attributes else None, time.time_ns()))
 
     def carrier(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        try:
-            _PROPAGATOR.inject(out, context=self._back if self._back is not None else self._ctx)
-        except Exception:
-            _failed("carrier")
-            return {}
+        head, flags = self._traceparent
+        span_id = self._back.span_id if self._back is not None and self._back.span_id else self._context.span_id
+        out = {"traceparent": f"{head}{span_id:016x}{flags}"}
+        if self._state_header:
+            out["tracestate"] = self._state_header
         return out
 
+    # `end` is its own boundary (STYLE.md rule 17): a tracing fault is logged and the turn
+    # goes on untouched (it runs just before a turn's waiters are woken).
     def end(self, stop_reason: str, error_kind: str | None = None, error: str | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
         try:
-            span = self._span
-            # Two attributes, one call: each attribute set costs the SDK ~2 µs.
-            span.set_attributes({"agent_bridge.stop_reason": stop_reason, "agent_bridge.store_flush_s": self._flush_ns / 1e9})
+            attributes = self._attributes
+            attributes["agent_bridge.stop_reason"] = stop_reason
+            attributes["agent_bridge.store_flush_s"] = self._flush_ns / 1e9
+            status = _UNSET
             if error is not None:
-                span.set_attribute("error.type", error_kind or "error")
-                span.set_status(Status(StatusCode.ERROR, redact(error)[:512]))  # as in a log line: no secret
-            span.end()
+                attributes["error.type"] = error_kind or "error"
+                status = Status(StatusCode.ERROR, redact(error)[:512])  # as in a log line: no secret
+            self._spans.finish(self._name, self._context, self._parent, SpanKind.SERVER, attributes, self._events, status, self._start, time.time_ns())
         except Exception:
             _failed("turn end")
 
@@ -215,33 +267,28 @@ class _DroppedTurn(TurnTrace):
     Each sampler the SDK ships (`OTEL_TRACES_SAMPLER`) would drop them too (the
     parent-based ones follow the parent, `traceidratio` decides again on the same trace
     id, `always_off` drops everything; a custom sampler that would keep a child of a
-    dropped parent is not followed), and each SDK span, recorded or not, goes through
-    the sampler (a dropped turn's calls: 10.9 → 4.4 µs in one process). What its back
-    sends still names it, unsampled, so the next hop keeps the decision (W3C Trace
-    Context §3.2.2.5)."""
+    dropped parent is not followed). What its back sends still names it, unsampled, so
+    the next hop keeps the decision (W3C Trace Context §3.2.2.5)."""
 
-    __slots__ = ("_ctx",)
+    __slots__ = ("_carrier",)
 
-    def __init__(self, span: OtelSpan) -> None:
-        self._ctx = trace.set_span_in_context(span, Context())
+    def __init__(self, context: SpanContext) -> None:
+        self._carrier = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
+        if context.trace_state:
+            self._carrier["tracestate"] = context.trace_state.to_header()
 
     def carrier(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        try:
-            _PROPAGATOR.inject(out, context=self._ctx)
-        except Exception:
-            _failed("carrier")
-            return {}
-        return out
+        return dict(self._carrier)
 
 
 class OtelTracing:
-    """The tracer every turn's span comes from (installed by `bridge.telemetry.setup`)."""
+    """Where every turn's span starts (installed by `bridge.telemetry.setup`): the SDK's
+    provider (its sampler, id generator and resource) and the processors spans end in."""
 
-    def __init__(self, provider: TracerProvider, *, flush_span_min_ms: float = 0.0) -> None:
+    def __init__(self, provider: TracerProvider, processors: Sequence[SpanProcessor], *, flush_span_min_ms: float = 0.0) -> None:
         self.provider = provider
-        self.tracer = provider.get_tracer("agent-bridge", __version__)
         self.flush_span_min_ns = int(flush_span_min_ms * 1e6)
+        self._spans = _Spans(provider, processors)
 
     @classmethod
     def from_environment(cls, *, flush_span_min_ms: float = 0.0) -> OtelTracing:
@@ -250,24 +297,33 @@ class OtelTracing:
             resource = resource.merge(Resource({"service.name": "agent-bridge"}))
         provider = TracerProvider(resource=_Resource(resource))  # the sampler from OTEL_TRACES_SAMPLER
         exporter = _exporter()
-        if exporter is not None:
-            provider.add_span_processor(BatchSpanProcessor(exporter))
-        return cls(provider, flush_span_min_ms=flush_span_min_ms)
+        processors = [BatchSpanProcessor(exporter)] if exporter is not None else []
+        for processor in processors:
+            provider.add_span_processor(processor)  # its shutdown exports what is queued
+        return cls(provider, processors, flush_span_min_ms=flush_span_min_ms)
 
     @classmethod
     def with_processor(cls, processor: SpanProcessor, *, flush_span_min_ms: float = 0.0, **provider: Any) -> OtelTracing:
         """On a processor of the caller's (tests: a SimpleSpanProcessor over an InMemorySpanExporter)."""
         tp = TracerProvider(shutdown_on_exit=False, **provider)
         tp.add_span_processor(processor)
-        return cls(tp, flush_span_min_ms=flush_span_min_ms)
+        return cls(tp, [processor], flush_span_min_ms=flush_span_min_ms)
 
     def start_turn(self, parent: dict[str, str] | None, front: str, attributes: dict[str, str]) -> TurnTrace:
-        ctx = _remote(parent) if parent else Context()
-        attributes = {**attributes, "agent_bridge.front": front}
-        span = self.tracer.start_span(f"turn {attributes['agent_bridge.route']}", context=ctx, kind=SpanKind.SERVER, attributes=attributes)
-        if not span.is_recording():
-            return _DroppedTurn(span)
-        return OtelTurnTrace(self.tracer, span, attributes["agent_bridge.back"], self.flush_span_min_ns)
+        remote = _remote(parent) if parent else None
+        ids = self._spans.ids
+        trace_id = remote.trace_id if remote is not None else ids.generate_trace_id()
+        name = f"turn {attributes['agent_bridge.route']}"
+        attrs: _Attributes = {**attributes, "agent_bridge.front": front}
+        # The SDK's own sampler decides, as `Tracer.start_span` would have it decide.
+        parent_context = trace.set_span_in_context(NonRecordingSpan(remote), Context()) if remote is not None else None
+        result = self.provider.sampler.should_sample(parent_context, trace_id, name, SpanKind.SERVER, attrs)
+        context = SpanContext(trace_id, ids.generate_span_id(), False, _FLAGS[result.decision.is_sampled()], result.trace_state)
+        if not result.decision.is_recording():
+            return _DroppedTurn(context)
+        if result.attributes:
+            attrs = dict(result.attributes)  # the sampler's attributes are the span's (the SDK's rule)
+        return OtelTurnTrace(self._spans, name, context, remote, attrs, self.flush_span_min_ns)
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -277,17 +333,16 @@ def _failed(what: str) -> None:
     log.exception("tracing: %s failed; the turn goes on", what)  # our bug (or the SDK's), never the turn's
 
 
-def _remote(carrier: dict[str, str]) -> Context:
-    """The client's span as a parent: `carrier` was validated by `carrier_from` (W3C Trace
-    Context §3.2: version 2, trace id 32, parent id 16, flags 2 hex digits), so it is read
-    by position rather than parsed again by the SDK's propagator."""
+def _remote(carrier: dict[str, str]) -> SpanContext:
+    """The client's span: `carrier` was validated by `carrier_from` (W3C Trace Context §3.2:
+    version 2, trace id 32, parent id 16, flags 2 hex digits), so it is read by position
+    rather than parsed again by the SDK's propagator."""
     tp = carrier["traceparent"]
     state = carrier.get("tracestate")
-    sc = SpanContext(
+    return SpanContext(
         trace_id=int(tp[3:35], 16), span_id=int(tp[36:52], 16), is_remote=True,
         trace_flags=TraceFlags(int(tp[53:55], 16)), trace_state=TraceState.from_header([state]) if state else None,
     )  # fmt: skip
-    return trace.set_span_in_context(NonRecordingSpan(sc), Context())
 
 
 def _exporter() -> SpanExporter | None:
