@@ -30,13 +30,14 @@ and in this process the median of `Authenticator.verify` for a new token each ti
 With `--tracing`, a second bridge runs beside the first with tracing on (`[telemetry]
 enabled`, the `otel` extra: a span per turn and its children, the SDK's batch processor
 exporting OTLP/HTTP to bench/peers/otlp_sink.py, a local sink in its own process);
-each round measures A, then the traced bridge, back to back (the a2a-sdk server is not
-started). Goal (issue 19): tracing on costs ≤ 10 % of requests/s and events/s; each
-round's server CPU per SendMessage on/off is printed too, with its median (the steadier
-reading on a shared machine).
+each round measures A and the traced bridge back to back, who goes first alternating
+(the a2a-sdk server is not started). Goal (issue 19): tracing on costs ≤ 10 % of
+requests/s and events/s; each round's server CPU per SendMessage on/off is printed too,
+with its median (the steadier reading on a shared machine), and each server's CPU per
+request by thread (the event loop; the others).
 
     .venv/bin/python bench/a2a_front.py                  # ~60 s
-    .venv/bin/python bench/a2a_front.py --tracing        # and the cost of tracing
+    .venv/bin/python bench/a2a_front.py --tracing --rounds 15   # the cost of tracing, ~2 min
     .venv/bin/python bench/a2a_front.py --rounds 5 --seconds 3 --events 200000
     .venv/bin/python bench/a2a_front.py --issuer         # ~40 s
 """
@@ -66,6 +67,22 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat", "rb") as f:
         fields = f.read().rsplit(b")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of each of `pid`'s threads, by name (`/proc/PID/task/TID/stat`): the
+    main thread is "event loop"; numbered threads ("Trio thread 3") add up under one name."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                data = f.read()
+        except FileNotFoundError:  # ended since the listing
+            continue
+        name = "event loop" if tid == str(pid) else data[data.index(b"(") + 1 : data.rindex(b")")].decode(errors="replace").rstrip("0123456789 ")
+        fields = data.rsplit(b")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 class Server:
@@ -133,8 +150,9 @@ SEND = rpc("SendMessage", {"message": {"messageId": "m1", "role": "ROLE_USER", "
 UNKNOWN = rpc("NoSuchMethod", {})
 
 
-async def requests_per_s(server: Server, body: bytes, want: bytes, conns: int, seconds: float) -> tuple[float, float]:
-    """(requests/s, server CPU ms per request) with `conns` keep-alive connections."""
+async def requests_per_s(server: Server, body: bytes, want: bytes, conns: int, seconds: float) -> tuple[float, float, dict[str, float]]:
+    """(requests/s, server CPU ms per request, each server thread's CPU µs per request)
+    with `conns` keep-alive connections."""
     req = post(server, body)
     done = 0
 
@@ -172,13 +190,14 @@ async def requests_per_s(server: Server, body: bytes, want: bytes, conns: int, s
                 if closed and (buf or not served):
                     raise SystemExit(f"{server.name} closed the connection mid-answer")
 
-    c0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+    c0, threads0, t0 = cpu_s(server.proc.pid), thread_cpu_s(server.proc.pid), time.perf_counter()
     async with trio.open_nursery() as nursery:
         deadline = trio.current_time() + seconds
         for _ in range(conns):
             nursery.start_soon(one, deadline)
-    elapsed, cpu = time.perf_counter() - t0, cpu_s(server.proc.pid) - c0
-    return done / elapsed, cpu / max(done, 1) * 1e3
+    elapsed, cpu, threads = time.perf_counter() - t0, cpu_s(server.proc.pid) - c0, thread_cpu_s(server.proc.pid)
+    per_thread = {name: (s - threads0.get(name, 0.0)) / max(done, 1) * 1e6 for name, s in threads.items()}
+    return done / elapsed, cpu / max(done, 1) * 1e3, per_thread
 
 
 async def sse_events_per_s(server: Server, n: int) -> tuple[float, float]:
@@ -243,17 +262,18 @@ async def main() -> None:
             for server in servers:  # warm-up: imports, first sessions, JIT-less caches
                 await requests_per_s(server, SEND, b"COMPLETED", args.conns, 0.5)
                 await sse_events_per_s(server, 500)
-            rps: dict[str, list[tuple[float, float]]] = {"A": [], "T": [], "B": [], "floor": []}
+            rps: dict[str, list[tuple[float, float, dict[str, float]]]] = {"A": [], "T": [], "B": [], "floor": []}
             sse: dict[str, list[tuple[float, float]]] = {"A": [], "T": [], "B": []}
             for r in range(args.rounds):
-                rps["A"].append(await requests_per_s(bridge, SEND, b"COMPLETED", args.conns, args.seconds))
-                if traced is not None:  # back to back with A, so both see the same machine
-                    rps["T"].append(await requests_per_s(traced, SEND, b"COMPLETED", args.conns, args.seconds))
-                    sse["A"].append(await sse_events_per_s(bridge, args.events))
-                    sse["T"].append(await sse_events_per_s(traced, args.events))
+                if traced is not None:  # back to back with A, so both see the same machine; who goes first alternates
+                    for key, server in [("A", bridge), ("T", traced)][:: 1 if r % 2 == 0 else -1]:
+                        rps[key].append(await requests_per_s(server, SEND, b"COMPLETED", args.conns, args.seconds))
+                    for key, server in [("A", bridge), ("T", traced)][:: 1 if r % 2 == 0 else -1]:
+                        sse[key].append(await sse_events_per_s(server, args.events))
                     print(f"round {r + 1}: tracing off/on SendMessage {rps['A'][-1][0]:.0f}/{rps['T'][-1][0]:.0f} req/s; "
                           f"SSE {sse['A'][-1][0]:.0f}/{sse['T'][-1][0]:.0f} events/s", flush=True)  # fmt: skip
                     continue
+                rps["A"].append(await requests_per_s(bridge, SEND, b"COMPLETED", args.conns, args.seconds))
                 assert sdk is not None
                 rps["B"].append(await requests_per_s(sdk, SEND, b"COMPLETED", args.conns, args.seconds))
                 sse["A"].append(await sse_events_per_s(bridge, args.events))
@@ -270,7 +290,7 @@ async def main() -> None:
                 if proc.returncode is None:
                     proc.kill()
 
-    def m(xs: list[tuple[float, float]], i: int) -> float:
+    def m(xs: list[Any], i: int) -> float:
         return median([x[i] for x in xs])
 
     if args.tracing:
@@ -320,7 +340,7 @@ async def issuer_bench(args: argparse.Namespace) -> None:
         try:
             for server in (plain, jwt_):
                 await requests_per_s(server, SEND, b"COMPLETED", args.conns, 0.5)
-            rps: dict[str, list[tuple[float, float]]] = {"A": [], "J": []}
+            rps: dict[str, list[tuple[float, float, dict[str, float]]]] = {"A": [], "J": []}
             for r in range(args.rounds):
                 rps["A"].append(await requests_per_s(plain, SEND, b"COMPLETED", args.conns, args.seconds))
                 rps["J"].append(await requests_per_s(jwt_, SEND, b"COMPLETED", args.conns, args.seconds))
@@ -346,7 +366,7 @@ async def issuer_bench(args: argparse.Namespace) -> None:
     print(f"VERDICT: {'PASS' if f_ms < 0.1 else 'FAIL'} (a new token's check < 0.1 ms at the median)")
 
 
-def _tracing_report(rps: dict[str, list[tuple[float, float]]], sse: dict[str, list[tuple[float, float]]], m: Any) -> None:
+def _tracing_report(rps: dict[str, list[tuple[float, float, dict[str, float]]]], sse: dict[str, list[tuple[float, float]]], m: Any) -> None:
     rows = [
         ["SendMessage req/s", f"{m(rps['A'], 0):.0f}", f"{m(rps['T'], 0):.0f}", f"{m(rps['T'], 0) / m(rps['A'], 0):.3f}"],
         ["  server CPU ms/request", f"{m(rps['A'], 1):.3f}", f"{m(rps['T'], 1):.3f}", ""],
@@ -363,6 +383,11 @@ def _tracing_report(rps: dict[str, list[tuple[float, float]]], sse: dict[str, li
     print(f"per-round server CPU per SendMessage on/off: {', '.join(f'{x:.3f}' for x in cpu)}; "
           f"median {median(cpu) - 1:+.1%} (spread {min(cpu) - 1:+.1%} to {max(cpu) - 1:+.1%}): "
           f"{'PASS' if median(cpu) - 1 <= TRACING_GOAL else 'FAIL'}")  # fmt: skip
+    # Where it goes: each thread's CPU per request, medians over the rounds (a thread absent
+    # from a round counts 0 there: the span processor's thread exists only when on).
+    names = sorted({n for run in rps["A"] + rps["T"] for n in run[2]}, key=lambda n: (n != "event loop", n))
+    parts = [f"{n} {median([r[2].get(n, 0.0) for r in rps['A']]):.0f} -> {median([r[2].get(n, 0.0) for r in rps['T']]):.0f}" for n in names]
+    print(f"server CPU µs per SendMessage by thread, off -> on (medians): {'; '.join(parts)}")
     lost_rps = 1 - m(rps["T"], 0) / m(rps["A"], 0)
     lost_sse = 1 - m(sse["T"], 0) / m(sse["A"], 0)
     ok = lost_rps <= TRACING_GOAL and lost_sse <= TRACING_GOAL
