@@ -149,3 +149,22 @@ def test_the_daemons_exporter_sends_these_bytes_through_the_official_client(rece
     assert exporter.export([linked]) is SpanExportResult.SUCCESS and exporter.fast_exports == 2
     assert ExportTraceServiceRequest.FromString(bodies[-1]) == encode_spans([linked])
     exporter.shutdown()
+
+
+def test_the_fast_path_keeps_the_official_exports_rules(receiver: tuple[str, list[bytes]]) -> None:
+    """A body over the exporter's `max_request_size` is dropped before it is sent (the
+    official export's rule; a collector would refuse it whole, with every other turn's
+    spans in it); a span the writer fails on, whatever the reason, goes out through the
+    official encoder (which drops the attribute it cannot write)."""
+    url, bodies = receiver
+    context = SpanContext(5, 6, False, TraceFlags(1))
+    small = _OTLPExporter(endpoint=url, max_request_size=1000)
+    assert small.export([ReadableSpan("big", context, attributes={"remote_task": "x" * 5000}, resource=Resource({}))]) is SpanExportResult.FAILURE
+    assert bodies == [] and small.fast_exports == 0
+    small.shutdown()
+    exporter = _OTLPExporter(endpoint=url)
+    odd = ReadableSpan("odd", context, attributes={5: "an int key", "ok": 1}, resource=Resource({}))  # type: ignore[dict-item]
+    assert exporter.export([odd]) is SpanExportResult.SUCCESS and exporter.fast_exports == 0
+    (sent,) = ExportTraceServiceRequest.FromString(bodies[-1]).resource_spans[0].scope_spans[0].spans
+    assert [kv.key for kv in sent.attributes] == ["ok"]
+    exporter.shutdown()

@@ -224,6 +224,52 @@ def test_the_sdks_span_limits_and_sampler_still_apply(monkeypatch: pytest.Monkey
     assert memory.get_finished_spans() == () and trace.log_ids() == {}
 
 
+def test_a_recorded_span_is_what_the_sdk_would_have_made_of_it() -> None:
+    """The corners where recording differs from the SDK's live spans, held to the SDK:
+    a root turn is sampled on an empty context, not on a span another instrumentation
+    left current; span limits given to the provider count (events: the newest kept, the
+    rest counted); a sampler that returns no attributes leaves the span none of the
+    turn's; what is noted after the end does not reach the exported span."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.sdk.trace import SpanLimits
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased, Sampler, SamplingResult
+
+    attributes = {"agent_bridge.route": "demo", "agent_bridge.session": "s", "agent_bridge.turn": "t", "agent_bridge.back": "demo"}
+    memory = InMemorySpanExporter()
+    tracing = OtelTracing.with_processor(SimpleSpanProcessor(memory), sampler=ParentBased(ALWAYS_ON), span_limits=SpanLimits(max_events=2))
+    ambient = otel_trace.NonRecordingSpan(otel_trace.SpanContext(7, 8, False, otel_trace.TraceFlags(0), TraceState([("amb", "1")])))
+    token = otel_context.attach(otel_trace.set_span_in_context(ambient))
+    try:
+        trace = tracing.start_turn(None, "a2a", attributes)
+    finally:
+        otel_context.detach(token)
+    assert trace.carrier()["traceparent"].endswith("-01") and "tracestate" not in trace.carrier()
+    for name in ("one", "two", "three"):
+        trace.event(name)
+    trace.end("end_turn")
+    trace.note(late="after the end")
+    (turn,) = memory.get_finished_spans()
+    assert [e.name for e in turn.events] == ["two", "three"] and turn.dropped_events == 1
+    assert "agent_bridge.late" not in dict(turn.attributes or {}) and turn.parent is None
+
+    class Bare(Sampler):
+        def should_sample(self, *args: Any, **kw: Any) -> SamplingResult:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE)
+
+        def get_description(self) -> str:
+            return "Bare"
+
+    memory.clear()
+    bare = OtelTracing.with_processor(SimpleSpanProcessor(memory), sampler=Bare())
+    bare_trace = bare.start_turn(None, "a2a", attributes)
+    with bare_trace.back():
+        pass
+    bare_trace.end("end_turn")
+    back, turn = memory.get_finished_spans()
+    assert back.name == "back demo" and set(dict(turn.attributes or {})) == {"agent_bridge.stop_reason", "agent_bridge.store_flush_s"}
+
+
 def test_the_console_exporter_prints_a_recorded_span() -> None:
     """`OTEL_TRACES_EXPORTER=console`: the SDK's ConsoleSpanExporter renders the spans
     recorded here (their JSON form reads every field the SDK's own spans have)."""

@@ -50,6 +50,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
@@ -66,6 +67,7 @@ _Value = str | int | float | bool | None
 _Attributes = dict[str, str | int | float | bool]
 _UNSET = Status(StatusCode.UNSET)
 _FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
+_MAX_EVENTS = 1024  # a turn's events when OTEL_SPAN_EVENT_COUNT_LIMIT lifts the SDK's limit
 
 
 def _clean(attributes: dict[str, _Value]) -> _Attributes:
@@ -78,28 +80,41 @@ def _error(e: BaseException) -> Status:
 
 class _Spans:
     """Where finished spans go: the provider's resource and id generator, the span limits
-    from the environment, and the processors this module added."""
+    (the `OTEL_SPAN_*`/`OTEL_ATTRIBUTE_*`/`OTEL_EVENT_*` variables unless given), and the
+    processors this module added."""
 
-    __slots__ = ("ids", "max_attributes", "max_length", "processors", "resource", "scope")
+    __slots__ = ("ids", "limits", "processors", "resource", "scope")
 
-    def __init__(self, provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:
+    def __init__(self, provider: TracerProvider, processors: Sequence[SpanProcessor], limits: SpanLimits | None = None) -> None:
         self.resource = provider.resource
         self.ids = provider.id_generator
         self.scope = InstrumentationScope("agent-bridge", __version__)
         self.processors = tuple(processors)
-        limits = SpanLimits()  # OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT
-        self.max_attributes, self.max_length = limits.max_span_attributes, limits.max_span_attribute_length
+        self.limits = limits or SpanLimits()
 
     def finish(
         self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: _Attributes,
         events: Sequence[Event], status: Status, start: int, end: int,
     ) -> None:  # fmt: skip
-        attrs: Any = attributes
-        if self.max_length is not None or (self.max_attributes is not None and len(attributes) > self.max_attributes):
-            attrs = BoundedAttributes(self.max_attributes, attributes, max_value_len=self.max_length)
-        span = ReadableSpan(name, context, parent, self.resource, attrs, events, (), kind, None, status, start, end, self.scope)
+        """Hand a finished span to the processors. Its attributes are copied: the span is
+        read by the exporter's thread, the dict it was recorded in stays the turn's."""
+        limits = self.limits
+        attrs: Any = dict(attributes)
+        if limits.max_span_attribute_length is not None or (limits.max_span_attributes is not None and len(attrs) > limits.max_span_attributes):
+            attrs = BoundedAttributes(limits.max_span_attributes, attrs, max_value_len=limits.max_span_attribute_length)
+        span = ReadableSpan(
+            name=name, context=context, parent=parent, resource=self.resource, attributes=attrs, events=events, kind=kind,
+            status=status, start_time=start, end_time=end, instrumentation_scope=self.scope,
+        )  # fmt: skip
         for processor in self.processors:
             processor.on_end(span)
+
+    def event(self, name: str, attributes: _Attributes | None) -> Event:
+        limits = self.limits
+        bounded: Any = attributes
+        if attributes and (limits.max_attribute_length is not None or (limits.max_event_attributes is not None and len(attributes) > limits.max_event_attributes)):
+            bounded = BoundedAttributes(limits.max_event_attributes, attributes, max_value_len=limits.max_attribute_length)
+        return Event(name, bounded, time.time_ns())
 
 
 class _Child:
@@ -181,15 +196,18 @@ class OtelTurnTrace(TurnTrace):
     hang off, and the back's call while it runs (which `carrier()` names)."""
 
     __slots__ = (
-        "_attributes", "_back", "_context", "_ended", "_events", "_flags", "_flush_ns", "_flush_span_min_ns",
-        "_name", "_parent", "_spans", "_start", "_state", "_state_header", "_trace_id", "_traceparent", "span_id", "trace_id",
+        "_attributes", "_back", "_back_name", "_context", "_dropped_events", "_ended", "_events", "_flags", "_flush_ns",
+        "_flush_span_min_ns", "_name", "_parent", "_spans", "_start", "_state", "_state_header", "_trace_id", "_traceparent",
+        "span_id", "trace_id",
     )  # fmt: skip
 
     def __init__(
-        self, spans: _Spans, name: str, context: SpanContext, parent: SpanContext | None, attributes: _Attributes,
+        self, spans: _Spans, name: str, back: str, context: SpanContext, parent: SpanContext | None, attributes: _Attributes,
         flush_span_min_ns: int = 0,
     ) -> None:  # fmt: skip
         self._spans, self._name, self._context, self._parent, self._attributes = spans, name, context, parent, attributes
+        self._back_name = f"back {back}"
+        self._dropped_events = 0
         self._start = time.time_ns()
         self._trace_id, self._flags, self._state = context.trace_id, context.trace_flags, context.trace_state
         self._back: _Child | None = None
@@ -207,7 +225,7 @@ class OtelTurnTrace(TurnTrace):
         return _Child(self, name, SpanKind.INTERNAL, _clean(attributes))
 
     def back(self) -> _Child:
-        return _Child(self, f"back {self._attributes.get('agent_bridge.back', '')}", SpanKind.CLIENT, {})
+        return _Child(self, self._back_name, SpanKind.CLIENT, {})
 
     def flush(self, events: int) -> _Flush:
         return _Flush(self, events)
@@ -216,8 +234,17 @@ class OtelTurnTrace(TurnTrace):
         (self._back._attributes if self._back is not None else self._attributes).update(_clean(attributes))
 
     def event(self, name: str, **attributes: _Value) -> None:
-        if not self._ended and len(self._events) < 128:  # an event per call site, not per chunk; bounded all the same
-            self._events.append(Event(name, _clean(attributes) if attributes else None, time.time_ns()))
+        if self._ended:
+            return
+        events, limit = self._events, self._spans.limits.max_events
+        if limit is None:
+            limit = _MAX_EVENTS  # unlimited in the SDK; bounded here all the same
+        if len(events) >= limit:  # OTEL_SPAN_EVENT_COUNT_LIMIT: the newest are kept, as the SDK keeps them
+            self._dropped_events += 1
+            if not events:
+                return
+            del events[0]
+        events.append(self._spans.event(name, _clean(attributes) if attributes else None))
 
     def carrier(self) -> dict[str, str]:
         head, flags = self._traceparent
@@ -241,7 +268,13 @@ class OtelTurnTrace(TurnTrace):
             if error is not None:
                 attributes["error.type"] = error_kind or "error"
                 status = Status(StatusCode.ERROR, redact(error)[:512])  # as in a log line: no secret
-            self._spans.finish(self._name, self._context, self._parent, SpanKind.SERVER, attributes, self._events, status, self._start, time.time_ns())
+            events: Sequence[Event] = self._events
+            if self._dropped_events:  # counted as the SDK's BoundedList counts them
+                bounded = BoundedList(len(events))
+                bounded.extend(events)
+                bounded.dropped = self._dropped_events
+                events = bounded
+            self._spans.finish(self._name, self._context, self._parent, SpanKind.SERVER, attributes, events, status, self._start, time.time_ns())
         except Exception:
             _failed("turn end")
 
@@ -287,10 +320,13 @@ class OtelTracing:
     """Where every turn's span starts (installed by `bridge.telemetry.setup`): the SDK's
     provider (its sampler, id generator and resource) and the processors spans end in."""
 
-    def __init__(self, provider: TracerProvider, processors: Sequence[SpanProcessor], *, flush_span_min_ms: float = 0.0) -> None:
+    def __init__(
+        self, provider: TracerProvider, processors: Sequence[SpanProcessor], *, flush_span_min_ms: float = 0.0,
+        limits: SpanLimits | None = None,
+    ) -> None:  # fmt: skip
         self.provider = provider
         self.flush_span_min_ns = int(flush_span_min_ms * 1e6)
-        self._spans = _Spans(provider, processors)
+        self._spans = _Spans(provider, processors, limits)
 
     @classmethod
     def from_environment(cls, *, flush_span_min_ms: float = 0.0) -> OtelTracing:
@@ -309,7 +345,7 @@ class OtelTracing:
         """On a processor of the caller's (tests: a SimpleSpanProcessor over an InMemorySpanExporter)."""
         tp = TracerProvider(shutdown_on_exit=False, **provider)
         tp.add_span_processor(processor)
-        return cls(tp, [processor], flush_span_min_ms=flush_span_min_ms)
+        return cls(tp, [processor], flush_span_min_ms=flush_span_min_ms, limits=provider.get("span_limits"))
 
     def start_turn(self, parent: dict[str, str] | None, front: str, attributes: dict[str, str]) -> TurnTrace:
         remote = _remote(parent) if parent else None
@@ -317,15 +353,16 @@ class OtelTracing:
         trace_id = remote.trace_id if remote is not None else ids.generate_trace_id()
         name = f"turn {attributes['agent_bridge.route']}"
         attrs: _Attributes = {**attributes, "agent_bridge.front": front}
-        # The SDK's own sampler decides, as `Tracer.start_span` would have it decide.
-        parent_context = trace.set_span_in_context(NonRecordingSpan(remote), Context()) if remote is not None else None
+        # The SDK's own sampler decides, as `Tracer.start_span(context=...)` would have it
+        # decide: on the client's span, or on an empty context (never on whatever span
+        # another instrumentation left current in this task).
+        parent_context = trace.set_span_in_context(NonRecordingSpan(remote), Context()) if remote is not None else Context()
         result = self.provider.sampler.should_sample(parent_context, trace_id, name, SpanKind.SERVER, attrs)
         context = SpanContext(trace_id, ids.generate_span_id(), False, _FLAGS[result.decision.is_sampled()], result.trace_state)
         if not result.decision.is_recording():
             return _DroppedTurn(context)
-        if result.attributes:
-            attrs = dict(result.attributes)  # the sampler's attributes are the span's (the SDK's rule)
-        return OtelTurnTrace(self._spans, name, context, remote, attrs, self.flush_span_min_ns)
+        attrs = dict(result.attributes)  # the sampler's attributes are the span's (the SDK's rule)
+        return OtelTurnTrace(self._spans, name, attributes["agent_bridge.back"], context, remote, attrs, self.flush_span_min_ns)
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -383,6 +420,13 @@ class _OTLPExporter(OTLPSpanExporter):
             body = otlp.encode(spans)
         except otlp.Unsupported:
             return super().export(spans)
+        except Exception:  # our bug: the official encoder still gets the batch
+            log.exception("tracing: the OTLP writer failed on a batch of %d spans; the official encoder exports it", len(spans))
+            return super().export(spans)
+        limit = getattr(self, "_max_request_size", None)  # the official export's check (OTLP/HTTP, 64 MiB by default)
+        if isinstance(limit, int) and 0 < limit < len(body):
+            log.warning("tracing: dropping a batch of %d spans: %d bytes, more than the exporter's max_request_size %d", len(spans), len(body), limit)
+            return SpanExportResult.FAILURE
         self.fast_exports += 1
         sent = send(body)  # retries, backs off and logs a failure itself
         return SpanExportResult.SUCCESS if getattr(sent, "success", False) else SpanExportResult.FAILURE

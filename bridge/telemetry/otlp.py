@@ -45,6 +45,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def _varint(n: int) -> bytes:
     if n < 0x80:
+        if n < 0:  # every caller passes a count, a length or a masked int64
+            raise Unsupported(f"a negative varint: {n}")
         return _SMALL[n]
     out = bytearray()
     while n > 0x7F:
@@ -94,10 +96,14 @@ def _key_value(key: str, value: Any) -> bytes:
     return _field(b"\x0a", _utf8(key)) + _field(b"\x12", _any_value(value))  # key = 1, value = 2
 
 
-# Written attributes whose value is a short string (a route, a back, a stop reason: the same
-# few on every turn), by (field tag, key, value); bounded, and filled only while room is left.
+# Written attributes that repeat on every turn (a route, a back, a stop reason), by (field
+# tag, key, value); keys whose values are ids are not kept. Bounded, filled while room is left.
 _pairs: dict[tuple[bytes, str, str], bytes] = {}
 _PAIRS_MAX = 1024
+_REPEATED = frozenset({
+    "agent_bridge.route", "agent_bridge.back", "agent_bridge.front", "agent_bridge.stop_reason",
+    "agent_bridge.question_kind", "agent_bridge.answered_by", "agent_bridge.prompt", "error.type",
+})  # fmt: skip
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
@@ -105,7 +111,7 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         return b""
     out = []
     for key, value in attributes.items():
-        if type(value) is str and len(value) <= 64:
+        if key in _REPEATED and type(value) is str and len(value) <= 64:
             written = _pairs.get((tag, key, value))
             if written is None:
                 written = _field(tag, _key_value(key, value))
