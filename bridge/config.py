@@ -25,6 +25,7 @@ import msgspec
 
 from bridge import registry
 from bridge.config_check import problem_of, problems_in, with_route_hint
+from bridge.config_secret import MAX_SECRET_BYTES, read_secret  # noqa: F401 (read_secret's home for its callers)
 from bridge.core.access import RouteAccess
 from bridge.errors import ConfigError, ConfigProblem
 from bridge.prompts.config import PromptSource, PromptTemplate, check_prompts
@@ -63,22 +64,6 @@ _T = TypeVar("_T")
 
 class ConfigStruct(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The base of every config Struct, a protocol's included (STYLE.md rules 8 and 20)."""
-
-
-def read_secret(env: str | None, file: str | None) -> str | None:
-    """`env`'s value, else `file`'s content (relative: in $CREDENTIALS_DIRECTORY under
-    systemd); None if neither yields one."""
-    if env:
-        return os.environ.get(env) or None
-    if file:
-        path = Path(file)
-        if not path.is_absolute() and os.environ.get("CREDENTIALS_DIRECTORY"):
-            path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / path
-        try:
-            return path.read_text(encoding="utf-8").strip() or None
-        except OSError:
-            return None
-    return None
 
 
 def hidden_values(values: Mapping[str, Any]) -> str:

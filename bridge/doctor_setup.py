@@ -4,7 +4,7 @@ with a hint when it fails: what would otherwise fail later, inside a turn or at 
 | check | ok when | checked for |
 |---|---|---|
 | `token_env` | the variable is set and not empty (after systemd credentials are imported) | every back and every front table that has one, `[server] admin_token_env` |
-| `token_file` | the file can be read and is not empty (a relative path: in $CREDENTIALS_DIRECTORY) | the same, `admin_token_file` |
+| `token_file` | a regular file of at most 64 KiB that can be read, is not empty and is UTF-8 (a relative path: in $CREDENTIALS_DIRECTORY): what the daemon reads | the same, `admin_token_file` |
 | `ca_file` | the file can be read and loads as a PEM bundle of CA certificates | every back and front table that has one |
 | `acp_socket` | its directory exists and this user may create the socket there, or may create the directory | `[daemon] acp_socket` (its default path too) |
 | `state_dir` | it is a directory this user may write, not writable by others; or it can be created | the SQLite store's directory (`--state-dir`, `[store] state_dir`, the default) |
@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Config
+from bridge.config_secret import MAX_SECRET_BYTES
 from bridge.doctor import Probe
 
 __all__ = ["setup_checks"]
 
-_MAX_READ = 64 * 1024  # a token file larger than this is not a token
+_MAX_READ = MAX_SECRET_BYTES  # a token file larger than this is not a token
 
 
 def _places(config: Config) -> list[tuple[str, Any]]:
@@ -58,7 +59,16 @@ def _resolve(file: str) -> Path:
 
 
 def _token_file(where: str, field: str, file: str) -> Probe:
+    """What the daemon will make of it (bridge/config_secret.py `read_secret`), said precisely."""
     path = _resolve(file)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return Probe(where, field, False, f"cannot read {path}: {exc.strerror or exc}", hint=_file_hint(path))
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would block the daemon; it reads regular files only
+        return Probe(where, field, False, f"{path} is not a regular file", hint=f"write the token into a file and point {field} at it")
+    if info.st_size > MAX_SECRET_BYTES:
+        return Probe(where, field, False, f"{path} holds {info.st_size} bytes, more than a token file may ({MAX_SECRET_BYTES})", hint=f"is {path} the token?")
     try:
         with path.open("rb") as f:
             content = f.read(_MAX_READ)
@@ -66,6 +76,10 @@ def _token_file(where: str, field: str, file: str) -> Probe:
         return Probe(where, field, False, f"cannot read {path}: {exc.strerror or exc}", hint=_file_hint(path))
     if not content.strip():
         return Probe(where, field, False, f"{path} is empty", hint=f"write the token into {path}")
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return Probe(where, field, False, f"{path} is not UTF-8 text", hint=f"is {path} the token?")
     return Probe(where, field, True, f"{path} is readable")
 
 

@@ -76,7 +76,7 @@ APP_MODULES = frozenset(
 )
 # bridge/config.py's helpers: the walk for every problem, the line scanner, the
 # environment overrides, the JSON Schema.
-CONFIG_MODULES = frozenset({"config_check", "config_env", "config_lines", "config_schema"})
+CONFIG_MODULES = frozenset({"config_check", "config_env", "config_lines", "config_schema", "config_secret"})
 PACKAGE_LAYERS = frozenset(
     {"core", "schema", "codecs", "store", "cluster", "transport", "prompts", "backs", "session", "fronts", "telemetry"}
 )
