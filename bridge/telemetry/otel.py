@@ -5,7 +5,7 @@ the standard way, by the SDK itself: `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTR
 (the service is `agent-bridge` when neither names it), `OTEL_TRACES_SAMPLER` and its
 argument, `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `_HEADERS`,
 `_TIMEOUT` and the rest of the OTLP/HTTP exporter's variables, `OTEL_BSP_*` for the batch
-processor, `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT` and `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`.
+processor, the span limits (`OTEL_SPAN_*`, `OTEL_ATTRIBUTE_*`, `OTEL_EVENT_*`).
 `OTEL_TRACES_EXPORTER` picks `otlp` (the default: OTLP over HTTP with protobuf),
 `console` or `none`.
 
@@ -21,9 +21,11 @@ makes the ids, and each span is handed, finished, to the processors as the SDK's
 resource and the `agent-bridge` instrumentation scope. A SendMessage turn (its span, its
 back's, a first-chunk event, a carrier) cost the event loop ~48 µs as the SDK's live spans
 (a lock per span and per attribute set, a sampler call and a context per child) and costs
-~17 µs recorded here; the batch processor's thread then spends ~44 µs encoding it
-(bench/a2a_front.py --tracing). What that leaves out: `SpanProcessor.on_start` is not called (the SDK's batch and simple
-processors do nothing there), and only the processors this module adds see the spans.
+~17 µs recorded here; the batch processor's thread then spends ~15 µs writing it as
+OTLP (`_OTLPExporter`, bridge/telemetry/otlp.py; 46 µs with the official encoder;
+bench/a2a_front.py --tracing). What that leaves out: `SpanProcessor.on_start` is not
+called (the SDK's batch and simple processors do nothing there), and only the
+processors this module adds see the spans.
 
 Error descriptions go through the log redaction (bridge/logs.py `redact`): what a log
 line would not show, a span does not either. A turn runs across tasks (the front's, the
@@ -114,7 +116,7 @@ class _Spans:
         bounded: Any = attributes
         if attributes and (limits.max_attribute_length is not None or (limits.max_event_attributes is not None and len(attributes) > limits.max_event_attributes)):
             bounded = BoundedAttributes(limits.max_event_attributes, attributes, max_value_len=limits.max_attribute_length)
-        return Event(name, bounded, time.time_ns())
+        return Event(name, attributes=bounded, timestamp=time.time_ns())
 
 
 class _Child:
