@@ -54,12 +54,11 @@ class IdGate:
         self._max = max_body_bytes
         self._slots: dict[tuple[str, str], _Slot] = {}
 
-    async def serve(self, scope: Scope, receive: Any, handle: Callable[[Any, str | None], Awaitable[None]]) -> None:
-        """Run `handle(receive, request_id)` for this request, after any request of its
-        session with its id (`str(id)`, None for anything but a request in a session).
-        The body is read here (bounded) and given to `handle` unchanged."""
+    async def serve(self, scope: Scope, receive: Any, handle: Callable[[Any], Awaitable[None]]) -> None:
+        """Run `handle(receive)` for this request, after any request of its session with
+        its id. The body is read here (bounded) and given to `handle` unchanged."""
         if scope["method"] != "POST":
-            await handle(receive, None)
+            await handle(receive)
             return
         held, replay = await self._buffer(receive)
         if held[-1]["type"] == "http.disconnect":
@@ -70,7 +69,7 @@ class IdGate:
         session = header(scope, "mcp-session-id")
         key = self._key(session, held) if session is not None else None
         if key is None:
-            await handle(replay, None)
+            await handle(replay)
             return
         slot = self._slots.get(key)
         if slot is None:
@@ -78,7 +77,7 @@ class IdGate:
         slot.users += 1
         try:
             async with slot.lock:
-                await handle(replay, key[1])
+                await handle(replay)
         finally:
             slot.users -= 1
             if not slot.users:

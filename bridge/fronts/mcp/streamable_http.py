@@ -13,15 +13,15 @@ The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
   (bridge/fronts/resource_metadata.py), so an MCP client can sign in by itself.
 - The SDK is imported in a worker thread when the listener starts (~0.75 s, so the
   daemon's start does not wait for it); a request that comes first waits for it.
-- Expiry: an SSE response (a POST's, or the session's GET stream) of a caller let in
-  by an issuer's JWT is closed when the token expires, as the SDK closes a stream for
-  polling (`close_sse_stream`, `close_standalone_sse_stream`): the response ends, the
-  session and the request's work go on (MCP 2025-11-25, Transports: Streamable HTTP,
-  "Resumability and Redelivery": a disconnection is not a cancellation). The client
-  comes back with a fresh token: a GET stream is opened again; a POST whose stream
-  ended before its response has no event to resume from (the bridge keeps no event
-  store), so the SDK client fails that call, and the session's turn is read back from
-  the store (`/api/sessions`).
+- Expiry: the session's GET stream (the one response that lasts as long as the client
+  likes) of a caller let in by an issuer's JWT is closed when the token expires, as the
+  SDK closes a stream for polling (`close_standalone_sse_stream`): the response ends,
+  the session goes on (MCP 2025-11-25, Transports: Streamable HTTP, "Resumability and
+  Redelivery": a disconnection is not a cancellation), and the client opens it again
+  with a fresh token. A POST's SSE response is the answer to a call that was allowed
+  when it was made: it runs to that answer, as any request does (its turn is bounded by
+  the route's limits). Cutting it would lose the answer: the bridge keeps no event store
+  to resume a POST's stream from.
 - Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
   closed and new ones refused, so an idle client's notification stream does not hold
   the listener until its graceful timeout; calls in progress finish (their turns are
@@ -155,48 +155,43 @@ class McpHttp:
         sm = self._sm
         who = of_scope(scope)
 
-        async def handle(replay: Any, request_id: str | None) -> None:
-            if who.expires_at is None:
+        async def handle(replay: Any) -> None:
+            if who.expires_at is None or scope["method"] != "GET":
                 await sm.handle_request(scope, replay, _shielded(send))
                 return
-            await self._serve_until_expiry(sm, scope, replay, send, who, request_id)
+            await self._serve_until_expiry(sm, scope, replay, send, who)
 
         # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp/ids.py).
         await self._ids.serve(scope, receive, handle)
 
-    async def _serve_until_expiry(self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity, request_id: str | None) -> None:
-        """`sm.handle_request`, its SSE response closed by the SDK if it is still open when
-        `who`'s token expires (the module's docstring says why that way)."""
+    async def _serve_until_expiry(self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity) -> None:
+        """`sm.handle_request` of a GET, its SSE stream closed by the SDK if it is still open
+        when `who`'s token expires (the module's docstring says why that way)."""
         session = header(scope, "mcp-session-id")
-        get = scope["method"] == "GET"
         sse = trio.Event()
         inner = _shielded(send)
 
         async def watched(message: Any) -> None:
             await inner(message)
             if message["type"] == "http.response.start" and _is_sse(message):
-                # Sent: the SDK has filed the stream's writer (a POST's before its start,
-                # the GET stream's writer task beside it, which ran while this was sent).
+                # Sent: the SDK has filed the GET stream's writer (its task runs beside this
+                # one, and ran while this was sent).
                 sse.set()
 
         async with trio.open_nursery() as nursery:
-            if session is not None and (get or request_id is not None):
-                nursery.start_soon(self._close_at_expiry, sm, session, request_id if not get else None, who, sse)
+            if session is not None:
+                nursery.start_soon(self._close_at_expiry, sm, session, who, sse)
             await sm.handle_request(scope, receive, watched)
             nursery.cancel_scope.cancel()
 
-    async def _close_at_expiry(self, sm: Any, session: str, request_id: str | None, who: Identity, sse: trio.Event) -> None:
+    async def _close_at_expiry(self, sm: Any, session: str, who: Identity, sse: trio.Event) -> None:
         await sse.wait()
         await expiry(who)
         transport = getattr(sm, "_server_instances", {}).get(session)  # kept privately by the SDK, as above
         if transport is None:
             return  # the session is gone, and its streams with it
-        if request_id is None:
-            transport.close_standalone_sse_stream()
-        else:
-            transport.close_sse_stream(request_id)
-        what = "GET stream" if request_id is None else f"stream of request {request_id}"
-        log.info("MCP session %s: the %s of %s closed as its token expired", session, what, who.subject)
+        transport.close_standalone_sse_stream()
+        log.info("MCP session %s: the GET stream of %s closed as its token expired", session, who.subject)
 
 
 def _is_sse(start: Any) -> bool:
