@@ -31,7 +31,7 @@ CEILING_S = 120
 _OPS = '[{ claim = "groups", contains = "ops" }]'
 
 
-def _config(tmp_path: Path, issuer_text: str) -> str:
+def _config(tmp_path: Path, issuer_text: str, extra: str = "") -> str:
     return f"""
 [server]
 listen = "127.0.0.1:0"
@@ -48,7 +48,7 @@ list = {_OPS}
 watch = {_OPS}
 use = {_OPS}
 answer = {_OPS}
-
+{extra}
 {issuer_text}
 """
 
@@ -379,3 +379,105 @@ async def test_a_ws_connection_ends_when_its_token_expires(bridge_exe: list[str]
                         assert resp.status_code == 200
                         async for _ in resp.aiter_raw():  # pings and events, until the stream ends
                             pass
+
+
+# A turn that outlives any short token: `slow` streams for a minute unless cancelled.
+_LONG = '[routes.long]\nback = { kind = "demo", chunk_delay_s = 0, slow_duration_s = 60 }\n'
+_PEERS = Path(__file__).resolve().parent / "peers"
+
+
+async def test_a2a_streams_end_when_their_token_expires_and_the_task_goes_on(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """SendStreamingMessage and SubscribeToTask, each binding, driven by a2a-sdk: a stream
+    opened with a token that expires ends then without an error and before the task
+    stops; with a fresh token the task is still running (GetTask, SubscribeToTask)."""
+    from cryptography.hazmat.primitives import serialization
+
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        config = _config(tmp_path, issuer_toml(issuer) + "clock_skew_s = 0\n", extra=_LONG)
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            pem = issuer.keys["k1"].private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            claims = {k: v for k, v in issuer.claims("alice").items() if k in ("iss", "aud", "sub")}
+            args = {"text": "slow: and long", "ttl_s": 2, "key_pem": pem.decode(), "kid": "k1", "claims": claims}
+            for binding in ("JSONRPC", "HTTP+JSON"):
+                opts = {"url": d.url, "route": "long", "binding": binding, "dialect": "1.0", "token": None,
+                        "scenarios": [["expiry", dict(args)]], "timeout_s": 60}  # fmt: skip
+                proc = await trio.run_process([sys.executable, str(_PEERS / "a2a_client.py"), json.dumps(opts)],
+                                              capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+                assert proc.returncode == 0, proc.stderr.decode(errors="replace") + d.log_text()[-3000:]
+                got = json.loads(proc.stdout)["results"]["expiry"]
+                assert "traceback" not in got, f"{binding}: {got}\n{d.log_text()[-3000:]}"
+                # Each short-lived stream ended while the task was running, and closed cleanly.
+                assert got["streamed"]["state"] == "TASK_STATE_WORKING", (binding, got["streamed"])
+                assert got["after_stream"]["status"]["state"] == "TASK_STATE_WORKING", (binding, got["after_stream"])
+                assert got["subscribed"]["kinds"][0] == "task" and got["subscribed"]["state"] == "TASK_STATE_WORKING", (binding, got)
+                assert got["fresh"] == ["task", "artifactUpdate"], (binding, got["fresh"])
+                assert got["final"]["status"]["state"] == "TASK_STATE_CANCELED", (binding, got["final"])
+            ended = [line for line in d.log_text().splitlines() if "ended as its token expired" in line]
+            assert len(ended) == 4 and all("alice" in line for line in ended), ended
+            assert "eyJ" not in d.log_text()  # no token (a JWT's first bytes) in the log
+
+
+async def test_an_mcp_get_stream_ends_when_its_token_expires_and_a_call_in_flight_keeps_its_answer(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """/mcp with a token that expires: a tools/call made before the expiry runs on past it
+    and gets its answer (here: the turn, cancelled by a fresh token after the expiry);
+    the session's GET stream, which would last as long as the client likes, ends."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        config = _config(tmp_path, issuer_toml(issuer) + "clock_skew_s = 0\n", extra=_LONG)
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config) as d:
+            fresh = _h(issuer.mint("alice"))
+            answers: list[Any] = []
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                async with create_mcp_http_client(headers=fresh) as http:
+                    async with Client(streamable_http_client(d.url + "/mcp", http_client=http), mode="legacy", cache=None) as client:
+                        await client.list_tools()  # the SDK checks a call's result against the tools' schemas, listed now
+                        # Started: the call goes with a short token.
+                        exp = int(time.time()) + 3
+                        http.headers["Authorization"] = f"Bearer {issuer.mint('alice', exp=exp)}"
+                        async with trio.open_nursery() as nursery:
+
+                            async def call() -> None:
+                                answers.append(await client.call_tool("long", {"prompt": "slow: and long"}))
+
+                            nursery.start_soon(call)
+                            sid = None
+                            while sid is None:  # the call's session, as soon as it is listed
+                                r = await h.get("/api/sessions", headers=fresh)
+                                sid = next((x["session_id"] for x in r.json()["sessions"] if x["route"] == "long"), None)
+                                await trio.lowlevel.checkpoint()
+                            async with h.stream("GET", f"/api/sessions/{sid}/events", headers=fresh) as resp:
+                                sse = Sse(resp)
+                                await sse.until(lambda e: e.event == "caught_up")
+                                # Live chunks of the turn, until one comes after the short token's end.
+                                await sse.until(lambda e: e.event == "message_chunk" and time.time() > exp + 1)
+                                r = await h.post(f"/api/sessions/{sid}/cancel", json={}, headers=fresh)
+                                assert r.status_code == 200, r.text
+                                ended = (await sse.until(lambda e: e.event == "turn_ended"))[-1]
+                                assert json.loads(ended.data)["stop_reason"] == "cancelled", ended
+                (answer,) = answers  # the call's stream outlived its token, up to its answer
+                assert "cancelled" in json.dumps(answer.model_dump(mode="json")).lower(), answer
+
+                # The GET stream of a session opened by hand with a short token ends too.
+                short = _h(issuer.mint("alice", exp=int(time.time()) + 2))
+                init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+                mcp_h = {**short, "Accept": "application/json, text/event-stream"}
+                r = await h.post("/mcp", json=init, headers=mcp_h)
+                assert r.status_code == 200, r.text
+                mcp_h |= {"Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+                r = await h.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=mcp_h)
+                assert r.status_code == 202, r.text
+                async with h.stream("GET", "/mcp", headers={**mcp_h, "Accept": "text/event-stream"}) as resp:
+                    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+                    async for _ in resp.aiter_raw():  # pings, until the stream ends
+                        pass
+            closed = [line for line in d.log_text().splitlines() if "closed as its token expired" in line]
+            assert len(closed) == 1 and "GET stream" in closed[0], closed
+            assert short["Authorization"].split()[1] not in d.log_text()

@@ -214,6 +214,39 @@ async def sc_subscribe(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     return {"a": a, "b": b, "quitter": quitter, "final": final, "terminal": terminal, "summary": summary(a)}
 
 
+async def sc_expiry(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """Streams opened with a token that expires in `ttl_s` end then, the task going on:
+    GetTask and SubscribeToTask with a fresh token still find it running. Tokens are
+    minted here, just before each call, with the test issuer's key (`key_pem`, `kid`)."""
+    import time
+
+    import jwt
+
+    def use(ttl_s: int) -> None:  # the shared httpx client's header: every later request carries it
+        now = int(time.time())
+        claims = {**args["claims"], "iat": now, "exp": now + ttl_s}
+        ctx.http.headers["Authorization"] = "Bearer " + jwt.encode(claims, args["key_pem"], algorithm="RS256", headers={"kid": args["kid"]})
+
+    use(args["ttl_s"])
+    streamed = [d(ev) async for ev in (await ctx.client(streaming=True)).send_message(pb.SendMessageRequest(message=ctx.message(args["text"])))]
+    tid = summary(streamed)["task_id"]
+    use(300)
+    after_stream = d(await (await ctx.client(streaming=False)).get_task(pb.GetTaskRequest(id=tid)))
+    use(args["ttl_s"])
+    subscribed = [d(ev) async for ev in (await ctx.client(streaming=True)).subscribe(pb.SubscribeToTaskRequest(id=tid))]
+    use(300)
+    fresh = []
+    async for ev in (await ctx.client(streaming=True)).subscribe(pb.SubscribeToTaskRequest(id=tid)):
+        fresh.append(d(ev))
+        if len(fresh) >= 2:  # the task as it is, then a later event: it still runs
+            break
+    client = await ctx.client(streaming=False)
+    await client.cancel_task(pb.CancelTaskRequest(id=tid))
+    final = d(await client.get_task(pb.GetTaskRequest(id=tid)))
+    return {"streamed": summary(streamed), "after_stream": after_stream, "subscribed": summary(subscribed),
+            "fresh": [next(iter(e)) for e in fresh], "final": final}  # fmt: skip
+
+
 async def sc_push(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     client = await ctx.client(streaming=False)
     started = summary(await send(ctx, ctx.message(args.get("text", "slow: x")), streaming=False, return_immediately=True))
@@ -274,6 +307,7 @@ async def sc_errors(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
 
 
 SCENARIOS = {
+    "expiry": sc_expiry,
     "card": sc_card,
     "send": sc_send,
     "ask": sc_ask,

@@ -24,7 +24,8 @@ for 0.3, at the same URL.
 
 Auth (`[routes.NAME.a2a] token_env|token_file`, `api_key_header`): every call but
 the card needs the token: none → 401 (`WWW-Authenticate`), a wrong one → 403; the
-card's `securitySchemes` / `securityRequirements` say which. Requests must be JSON
+card's `securitySchemes` / `securityRequirements` say which. An SSE stream opened
+with an issuer's JWT ends when the token expires (bridge/fronts/a2a/stream.py). Requests must be JSON
 (`application/json`, `application/a2a+json`, or no Content-Type): anything else is
 415 with ContentTypeNotSupportedError. Errors carry a `google.rpc.ErrorInfo`
 (A2A spec, error handling): JSON-RPC answers them with HTTP 200, HTTP+JSON with the mapped status.
@@ -32,6 +33,7 @@ card's `securitySchemes` / `securityRequirements` say which. Requests must be JS
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -57,6 +59,7 @@ from bridge.fronts.a2a.stream import SseStream
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.core.identity import SCOPE_KEY
 from bridge.fronts.auth import static_identity
+from bridge.fronts.expiry import expiry
 from bridge.fronts.http import HttpApp, Scope, header, read_body, send_bytes
 from bridge.logs import add_secret
 from bridge.schema import a2a as s
@@ -251,7 +254,7 @@ class A2AFront:
                 req = wire.decode_params(op, dialect, env.params)
                 if op in ("stream", "subscribe"):
                     stream = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.JSONRPC, _enc.encode(rid)))
-                    await stream.run(send, receive, heartbeat_s=self.cfg.heartbeat_s)
+                    await self._serve_stream(name, scope, stream, send, receive)
                     return
                 result = await self._call(name, route, scope, op, req, dialect)
                 out = wire.rpc_result(rid, wire.answer(op, dialect, Binding.JSONRPC, result))
@@ -299,7 +302,7 @@ class A2AFront:
                 req = rest_request(op, dialect, body, params, scope.get("query_string", b""))
                 if op in ("stream", "subscribe"):
                     stream = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.HTTP_JSON, b"null"))
-                    await stream.run(send, receive, heartbeat_s=self.cfg.heartbeat_s)
+                    await self._serve_stream(name, scope, stream, send, receive)
                     return
                 result = await self._call(name, route, scope, op, req, dialect)
                 await send_bytes(send, 200, wire.answer(op, dialect, Binding.HTTP_JSON, result), content_type=ctype)
@@ -348,6 +351,14 @@ class A2AFront:
                 raise A2AFault("ExtendedAgentCardNotConfigured", "this agent has no extended card")
             return await self._card(name, route, scope, legacy=dialect is Dialect.V0_3, extended=True)
         raise InternalError(f"unhandled A2A operation {op}")
+
+    async def _serve_stream(self, name: str, scope: Scope, stream: SseStream, send: Any, receive: Any) -> None:
+        """The stream's response, ended when its caller's token expires (bridge/fronts/a2a/stream.py)."""
+        who = of_scope(scope)
+        until = None if who.expires_at is None else functools.partial(expiry, who)
+        await stream.run(send, receive, heartbeat_s=self.cfg.heartbeat_s, until=until)
+        if stream.expired:
+            log.info("A2A %s: a stream of %s ended as its token expired (SubscribeToTask with a fresh one resumes)", name, who.subject)
 
     async def _open_stream(self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder) -> SseStream:
         """The stream, with its first event queued; errors before it are raised (answered as errors, not SSE)."""

@@ -17,13 +17,19 @@ is not cancelled (A2A spec, streaming: a dropped stream does not cancel the task
 A2A has no resume token (A2A spec §3.1.6: `SubscribeToTaskRequest` names only the
 task; its stream starts with the Task as it is, so nothing is lost between two
 streams): frames carry no SSE `id:`, and a `Last-Event-ID` is not read.
+
+A stream also ends when `until` returns (the caller's token expired, bridge/fronts/expiry.py):
+what is queued is written, then the response ends as it does at a terminal state. A2A
+1.0 marks a stream's end by closing it (no `final` flag), and a client whose stream
+closed before the task stopped calls SubscribeToTask (§3.1.6), here with a fresh
+token, to have the task as it is and follow it on; the task itself is not touched.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import trio
@@ -44,11 +50,15 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 
+# SSE comments (WHATWG HTML §9.2.6: ignored by clients) saying why a stream ended early.
+_DROPPED = b": dropped: this client fell behind; SubscribeToTask to resume\n\n"
+_EXPIRED = b": token expired; SubscribeToTask with a fresh token to resume\n\n"
+
 
 class SseStream:
     """One SSE response; `put` from anywhere (never blocks), `run` in the request's task."""
 
-    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "on_close", "to_end")
+    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "expired", "on_close", "to_end")
 
     def __init__(self, encoder: EventEncoder, max_frames: int, *, to_end: bool = False) -> None:
         self.encoder = encoder
@@ -60,6 +70,7 @@ class SseStream:
         self._lot = trio.lowlevel.ParkingLot()
         self.closed = False  # nothing more will be queued
         self.dropped = False  # closed because the client fell too far behind
+        self.expired = False  # closed because its caller's credential expired (`run`'s `until`)
         self.on_close: Callable[[SseStream], None] | None = None
 
     def put(self, frame: bytes) -> None:
@@ -80,12 +91,15 @@ class SseStream:
             if self.on_close is not None:
                 self.on_close(self)
 
-    async def run(self, send: Any, receive: Any, *, heartbeat_s: float) -> None:
-        """Write the response until the stream is closed and drained, or the client leaves."""
+    async def run(self, send: Any, receive: Any, *, heartbeat_s: float, until: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Write the response until the stream is closed and drained, or the client
+        leaves; or until `until` returns: then it is closed (`expired`) and drained."""
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch, receive, nursery.cancel_scope)
+                if until is not None:
+                    nursery.start_soon(self._close_after, until)
                 await self._write(send, heartbeat_s)
                 nursery.cancel_scope.cancel()
         finally:
@@ -103,12 +117,18 @@ class SseStream:
                 await self._lot.park()
             if idle.cancelled_caught and not self._frames and not self.closed:
                 await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
-        tail = b": dropped: this client fell behind; SubscribeToTask to resume\n\n" if self.dropped else b""
+        tail = _DROPPED if self.dropped else _EXPIRED if self.expired else b""
         # Shielded: the client's disconnect (`_watch`) may land inside hypercorn's
         # end-of-response work, which would leave the connection neither open nor
         # closed and hold the listener at shutdown (mcp_http._shielded says more).
         with trio.CancelScope(shield=True):
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _close_after(self, until: Callable[[], Awaitable[None]]) -> None:
+        await until()
+        if not self.closed:
+            self.expired = True
+            self.close()  # `_write` drains what is queued and ends the response
 
     async def _watch(self, receive: Any, scope: trio.CancelScope) -> None:
         # The body was read before the stream began: what comes now is the disconnect.

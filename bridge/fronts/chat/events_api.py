@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
@@ -45,11 +44,12 @@ from bridge.errors import AuthRequired, BridgeError, InvalidParams, Overloaded
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.fronts.chat.rest import RestApi
 from bridge.fronts.chat.sse_out import SseOut, Write
+from bridge.fronts.expiry import expiry
 from bridge.fronts.http import Scope, header, read_body
 from bridge.schema.chat_api import AnswerBody, CancelBody, PromptBody
 from bridge.session import SessionManager
 
-__all__ = ["CanonicalApi", "Slots", "event_frame", "expiry", "query_ints", "sse_handler"]
+__all__ = ["CanonicalApi", "Slots", "event_frame", "query_ints", "sse_handler"]
 
 log = logging.getLogger("bridge.fronts.chat.events")
 
@@ -316,14 +316,6 @@ async def _closed(session: Any) -> None:
         session = getattr(session, "moved_to", None)
         if session is None:
             return
-
-
-async def expiry(who: Identity) -> None:
-    """Returns when `who`'s credential stops vouching for it (a JWT's `exp`): a stream
-    it opened ends then, and its client reconnects with a fresh token."""
-    if who.expires_at is None:
-        await trio.sleep_forever()
-    await trio.sleep(max(0.0, who.expires_at - time.time()))
 
 
 async def _close_when(wait: Any, out: SseOut) -> None:

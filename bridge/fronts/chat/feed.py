@@ -33,7 +33,8 @@ import trio
 from bridge.codecs.sse import encode_event
 from bridge.core.identity import ANONYMOUS, Identity, of_scope
 from bridge.fronts import owners
-from bridge.fronts.chat.events_api import CanonicalApi, expiry, query_ints
+from bridge.fronts.chat.events_api import CanonicalApi, query_ints
+from bridge.fronts.expiry import expiry
 from bridge.fronts.chat.sse_out import SseOut
 from bridge.fronts.chat.views import SessionViews
 from bridge.fronts.http import Scope

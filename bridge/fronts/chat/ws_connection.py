@@ -11,7 +11,6 @@ codes follow RFC 6455 §7.4.1 (4008 "slow consumer" is the application twin of 1
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import msgspec
@@ -40,6 +39,7 @@ from bridge.errors import (
 )
 from bridge.fronts.chat.runs import run_meta
 from bridge.fronts.chat.streams import TextFrame
+from bridge.fronts.expiry import expiry
 from bridge.fronts.chat.ws_send import (
     AsgiSender,
     FrameQueue,
@@ -214,10 +214,9 @@ class WsConnection:
         """A caller is let in while its credential vouches for it (a JWT until its `exp`,
         RFC 7519 §4.1.4): then the connection closes (4401) and its client reconnects with
         a fresh token, so a revoked caller does not keep watching on an old one."""
-        expires = self.identity.expires_at
-        if expires is None:
+        if self.identity.expires_at is None:
             return
-        await trio.sleep(max(0.0, expires - time.time()))
+        await expiry(self.identity)
         self._error(AuthRequired("the token expired: reconnect with a fresh one"))
         self.close(4401, "token expired", flush=True)
 

@@ -13,6 +13,15 @@ The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
   (bridge/fronts/resource_metadata.py), so an MCP client can sign in by itself.
 - The SDK is imported in a worker thread when the listener starts (~0.75 s, so the
   daemon's start does not wait for it); a request that comes first waits for it.
+- Expiry: the session's GET stream (the one response that lasts as long as the client
+  likes) of a caller let in by an issuer's JWT is closed when the token expires, as the
+  SDK closes a stream for polling (`close_standalone_sse_stream`): the response ends,
+  the session goes on (MCP 2025-11-25, Transports: Streamable HTTP, "Resumability and
+  Redelivery": a disconnection is not a cancellation), and the client opens it again
+  with a fresh token. A POST's SSE response is the answer to a call that was allowed
+  when it was made: it runs to that answer, as any request does (its turn is bounded by
+  the route's limits). Cutting it would lose the answer: the bridge keeps no event store
+  to resume a POST's stream from.
 - Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
   closed and new ones refused, so an idle client's notification stream does not hold
   the listener until its graceful timeout; calls in progress finish (their turns are
@@ -29,8 +38,9 @@ import msgspec
 import trio
 
 from bridge.config import Config
-from bridge.core.identity import SCOPE_KEY, of_scope
+from bridge.core.identity import SCOPE_KEY, Identity, of_scope
 from bridge.fronts.auth import static_identity
+from bridge.fronts.expiry import expiry
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.fronts.mcp.config import McpFrontConfig
 from bridge.fronts.http import HttpApp, Scope, header
@@ -143,8 +153,49 @@ class McpHttp:
             await _refuse(send, status, message)
             return
         sm = self._sm
+        who = of_scope(scope)
+
+        async def handle(replay: Any) -> None:
+            if who.expires_at is None or scope["method"] != "GET":
+                await sm.handle_request(scope, replay, _shielded(send))
+                return
+            await self._serve_until_expiry(sm, scope, replay, send, who)
+
         # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp/ids.py).
-        await self._ids.serve(scope, receive, lambda replay: sm.handle_request(scope, replay, _shielded(send)))
+        await self._ids.serve(scope, receive, handle)
+
+    async def _serve_until_expiry(self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity) -> None:
+        """`sm.handle_request` of a GET, its SSE stream closed by the SDK if it is still open
+        when `who`'s token expires (the module's docstring says why that way)."""
+        session = header(scope, "mcp-session-id")
+        sse = trio.Event()
+        inner = _shielded(send)
+
+        async def watched(message: Any) -> None:
+            await inner(message)
+            if message["type"] == "http.response.start" and _is_sse(message):
+                # Sent: the SDK has filed the GET stream's writer (its task runs beside this
+                # one, and ran while this was sent).
+                sse.set()
+
+        async with trio.open_nursery() as nursery:
+            if session is not None:
+                nursery.start_soon(self._close_at_expiry, sm, session, who, sse)
+            await sm.handle_request(scope, receive, watched)
+            nursery.cancel_scope.cancel()
+
+    async def _close_at_expiry(self, sm: Any, session: str, who: Identity, sse: trio.Event) -> None:
+        await sse.wait()
+        await expiry(who)
+        transport = getattr(sm, "_server_instances", {}).get(session)  # kept privately by the SDK, as above
+        if transport is None:
+            return  # the session is gone, and its streams with it
+        transport.close_standalone_sse_stream()
+        log.info("MCP session %s: the GET stream of %s closed as its token expired", session, who.subject)
+
+
+def _is_sse(start: Any) -> bool:
+    return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in start.get("headers", ()))
 
 
 def _shielded(send: Any) -> Any:
