@@ -2,9 +2,9 @@
 
 A JWT carries `exp` (bridge/fronts/auth.py puts it, plus the issuer's clock skew, in
 `Identity.expires_at`); a stream opened with it (`/ws`, the canonical events API and
-change feed, A2A `SendStreamingMessage` / `SubscribeToTask`, MCP's SSE responses and
-GET stream) ends then, each in its protocol's way, and its client comes back with a
-fresh token. Static tokens, Unix users and anonymous callers never expire.
+change feed, A2A `SendStreamingMessage` / `SubscribeToTask`, an MCP session's GET
+stream) ends then, each in its protocol's way, and its client comes back with a fresh
+token. (An MCP call's own stream runs on to its answer: bridge/fronts/mcp/streamable_http.py.) Static tokens, Unix users and anonymous callers never expire.
 """
 
 from __future__ import annotations
