@@ -190,7 +190,11 @@ class McpHttp:
         transport = getattr(sm, "_server_instances", {}).get(session)  # kept privately by the SDK, as above
         if transport is None:
             return  # the session is gone, and its streams with it
-        transport.close_standalone_sse_stream()
+        try:
+            transport.close_standalone_sse_stream()
+        except Exception:  # the SDK's, or an SDK without it: this stream stays, nothing else is touched
+            log.exception("MCP session %s: the GET stream of %s could not be closed at its token's expiry", session, who.subject)
+            return
         log.info("MCP session %s: the GET stream of %s closed as its token expired", session, who.subject)
 
 
