@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["MAX_SECRET_BYTES", "read_secret"]
+__all__ = ["MAX_SECRET_BYTES", "read_secret", "secret_path"]
 
 # A secret file is a token, a password or a database URL: a few hundred bytes. Past this it
 # is the wrong file, and is not read whole (secrets are read where they are used, some on
@@ -24,9 +24,7 @@ def read_secret(env: str | None, file: str | None) -> str | None:
     if env:
         return os.environ.get(env) or None
     if file:
-        path = Path(file)
-        if not path.is_absolute() and os.environ.get("CREDENTIALS_DIRECTORY"):
-            path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / path
+        path = secret_path(file)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -51,3 +49,11 @@ def read_secret(env: str | None, file: str | None) -> str | None:
         except UnicodeDecodeError:
             return None
     return None
+
+
+def secret_path(file: str) -> Path:
+    """Where a `*_file` is: a relative path is in $CREDENTIALS_DIRECTORY under systemd
+    (`LoadCredential=`), else as given."""
+    path = Path(file)
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    return Path(creds) / path if not path.is_absolute() and creds else path

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Config
-from bridge.config_secret import MAX_SECRET_BYTES
+from bridge.config_secret import MAX_SECRET_BYTES, secret_path
 from bridge.doctor import Probe
 
 __all__ = ["setup_checks"]
@@ -52,10 +52,7 @@ def _token_env(where: str, field: str, name: str) -> Probe:
     )
 
 
-def _resolve(file: str) -> Path:
-    path = Path(file)
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")  # systemd LoadCredential=
-    return Path(creds) / path if not path.is_absolute() and creds else path
+_resolve = secret_path  # systemd LoadCredential=
 
 
 def _token_file(where: str, field: str, file: str) -> Probe:

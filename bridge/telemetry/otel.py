@@ -22,7 +22,7 @@ resource and the `agent-bridge` instrumentation scope. A SendMessage turn (its s
 back's, a first-chunk event, a carrier) cost the event loop ~48 µs as the SDK's live spans
 (a lock per span and per attribute set, a sampler call and a context per child) and costs
 ~17 µs recorded here; the batch processor's thread then spends ~15 µs writing it as
-OTLP (`_OTLPExporter`, bridge/telemetry/otlp.py; 46 µs with the official encoder;
+OTLP (bridge/telemetry/otlp_export.py, otlp.py; 46 µs with the official encoder;
 bench/a2a_front.py --tracing). What that leaves out: `SpanProcessor.on_start` is not
 called (the SDK's batch and simple processors do nothing there), and only the
 processors this module adds see the spans.
@@ -50,15 +50,13 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from bridge import __version__
 from bridge.logs import redact
-from bridge.telemetry import otlp
 from bridge.telemetry.base import TurnTrace
 
 __all__ = ["OtelTracing", "OtelTurnTrace"]
@@ -396,39 +394,6 @@ def _exporter() -> SpanExporter | None:
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
     if protocol != "http/protobuf":
         log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s is not supported; exporting OTLP over HTTP (http/protobuf)", protocol)
-    return _OTLPExporter()
+    from bridge.telemetry.otlp_export import OTLPExporter  # imported only when OTLP is what exports
 
-
-class _OTLPExporter(OTLPSpanExporter):
-    """The official OTLP/HTTP exporter (endpoint, headers, TLS, compression, timeout and
-    retries from the `OTEL_EXPORTER_OTLP_*` variables, its HTTP client) with its request
-    body written by bridge/telemetry/otlp.py, ~4× faster than the official encoder; the
-    encoding was most of what a traced turn cost (bench/a2a_front.py --tracing).
-
-    It hands the body to the exporter's HTTP client (`_client.export(bytes)`, the seam the
-    official `export` itself uses). That attribute is private: where an SDK release has
-    none, or for a batch the encoder declines (`otlp.Unsupported`), the official `export`
-    runs instead, the same message more slowly; tests/test_otlp_encoding.py fails then,
-    so the upgrade is noticed. The exporter's own metrics
-    (`OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED`) count only the official path's batches."""
-
-    fast_exports = 0  # batches this encoder wrote (tests)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        send = getattr(getattr(self, "_client", None), "export", None)
-        if send is None or getattr(self, "_shutdown", True):
-            return super().export(spans)
-        try:
-            body = otlp.encode(spans)
-        except otlp.Unsupported:
-            return super().export(spans)
-        except Exception:  # our bug: the official encoder still gets the batch
-            log.exception("tracing: the OTLP writer failed on a batch of %d spans; the official encoder exports it", len(spans))
-            return super().export(spans)
-        limit = getattr(self, "_max_request_size", None)  # the official export's check (OTLP/HTTP, 64 MiB by default)
-        if isinstance(limit, int) and 0 < limit < len(body):
-            log.warning("tracing: dropping a batch of %d spans: %d bytes, more than the exporter's max_request_size %d", len(spans), len(body), limit)
-            return SpanExportResult.FAILURE
-        self.fast_exports += 1
-        sent = send(body)  # retries, backs off and logs a failure itself
-        return SpanExportResult.SUCCESS if getattr(sent, "success", False) else SpanExportResult.FAILURE
+    return OTLPExporter()
