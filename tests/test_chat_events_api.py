@@ -183,6 +183,21 @@ async def test_events_replay_then_live_without_gap_or_repeat(bridge_exe: list[st
             await trio.to_thread.run_sync(slow.connect, (host, int(port)))
             request = f"GET /api/sessions/{sid}/events?after={len(stored)} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
             slow.sendall(request.encode())
+
+            def until_caught_up() -> bytes:
+                # The reader is a live subscriber only once its replay is done: the flood
+                # must come after, or it is replayed at the reader's pace and never dropped.
+                slow.settimeout(30)
+                got = b""
+                while b"event: caught_up" not in got:
+                    chunk = slow.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+                return got
+
+            head = await trio.to_thread.run_sync(until_caught_up)
+            assert b"event: caught_up" in head, head
             fast: list[int] = []
             drops: list[int] = []
             async with trio.open_nursery() as nursery:
@@ -218,7 +233,7 @@ async def test_events_replay_then_live_without_gap_or_repeat(bridge_exe: list[st
                     got += chunk
                 return got
 
-            raw = await trio.to_thread.run_sync(drain)
+            raw = head + await trio.to_thread.run_sync(drain)
             slow.close()
             assert raw.startswith(b"HTTP/1.1 200") and b": dropped" in raw
             assert raw.count(b"\nid: ") < _FLOOD + 2
