@@ -6,6 +6,8 @@ configuration stays and every problem is logged. Otherwise:
   on (live sessions keep the route they started with);
 - removed routes take no new session or turn; their running turns get
   `[daemon] reload_grace_s` to finish, are then cancelled, and their sessions closed;
+- changed access rules apply to every request from now on, and end the streams opened
+  under the old ones that the new ones refuse (bridge/session/grants.py);
 - `routes`, `default_route`, `log_level` and the sections of reloadable fronts (`[acp]`
   and `[a2a]`, for new connections) apply; `[server]`, `[store]`, `[daemon]`, `[auth]` and the
   sections of fronts declared `reloadable=False` (`[ws]`, `[mcp]`; bridge/registry.py)

@@ -144,3 +144,24 @@ def test_issuers_whose_callers_keys_could_collide_are_refused() -> None:
     with pytest.raises(ConfigError, match="could collide"):
         parse_config({"routes": routes, "auth": {"issuers": [issuer("https://idp"), issuer("https://idp:8443")]}})
     parse_config({"routes": routes, "auth": {"issuers": [issuer("https://idp/a"), issuer("https://idp/ab")]}})  # distinct
+
+
+def test_a_stream_is_refused_only_when_every_action_that_could_open_it_is() -> None:
+    """`owners.refusal` (what a reload rechecks, bridge/session/grants.py): allowed while
+    any of the actions is; refused with the first action's refusal, as a request would be."""
+    from bridge.errors import Forbidden, NotFound
+    from bridge.fronts import owners
+    from bridge.store import SessionRecord
+
+    ops = [{"claim": "groups", "contains": "ops"}]
+    config = parse_config({"routes": {"team": {"back": {"kind": "demo"}, "access": {"use": ops, "list": ops}}}})
+    record = SessionRecord(session_id="s1", route="team", created_at=0, updated_at=0, meta={"owner": "jwt:i:alice"})
+    bob = Identity(subject="bob", via="jwt", issuer="i", claims={"groups": ["ops"]})
+    carol = Identity(subject="carol", via="jwt", issuer="i", claims={})
+    alice = Identity(subject="alice", via="jwt", issuer="i", claims={})
+    assert isinstance(owners.refusal(config, record, bob, "watch"), NotFound)  # listed but not watched: as a request says
+    assert isinstance(owners.refusal(config, record, bob, "answer"), Forbidden)
+    assert owners.refusal(config, record, bob, "watch", "use") is None
+    assert isinstance(owners.refusal(config, record, carol, "watch", "use", "answer"), NotFound)
+    assert owners.refusal(config, record, alice, "watch") is None  # the owner
+    assert owners.refusal(config, record, carol) is None  # no action: nothing to refuse

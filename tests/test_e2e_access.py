@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import signal
 import sqlite3
 import sys
 import time
@@ -481,3 +482,111 @@ async def test_an_mcp_get_stream_ends_when_its_token_expires_and_a_call_in_fligh
             closed = [line for line in d.log_text().splitlines() if "closed as its token expired" in line]
             assert len(closed) == 1 and "GET stream" in closed[0], closed
             assert short["Authorization"].split()[1] not in d.log_text()
+
+
+def _rules(tmp_path: Path, issuer_text: str, *, ops: bool) -> str:
+    """A route whose turns run long; with `ops`, group "ops" may list, watch, use and
+    answer alice's sessions, and Unix users start sessions; without, neither."""
+    others = "".join(f"{k} = {_OPS}\n" for k in ("list", "watch", "use", "answer")) if ops else ""
+    unix = ', { claim = "via", equals = "unix" }' if ops else ""
+    return f"""
+[server]
+listen = "127.0.0.1:0"
+graceful_timeout_s = 1
+
+[daemon]
+acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
+
+[routes.team]
+back = {{ kind = "demo", chunk_delay_s = 0.05, slow_duration_s = 60 }}
+[routes.team.access]
+start = [{{ claim = "via", equals = "jwt" }}{unix}]
+{others}
+{issuer_text}
+"""
+
+
+async def test_a_reload_that_takes_access_away_ends_what_was_opened_with_it_on_every_front(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """bob (ops) follows alice's session and task: the canonical events stream, a /ws
+    subscription, A2A SubscribeToTask, the change feed; an ACP editor (a Unix user) runs
+    a turn. A SIGHUP with rules that no longer let ops in, nor Unix users start, ends
+    each in its protocol's way; alice's own stream of the same session goes on."""
+    from tests.daemon_support import Notifications
+
+    notify = Notifications(tmp_path / "notify.sock")
+    try:
+        with running_issuer() as issuer, trio.fail_after(CEILING_S):
+            config = _rules(tmp_path, issuer_toml(issuer), ops=True)
+            async with start_daemon(bridge_exe, tmp_path, clean_env, config, extra_env={"NOTIFY_SOCKET": notify.path}) as d:
+                await notify.wait_for(lambda s: s == ["READY"])
+                alice, bob = _h(issuer.mint("alice")), _h(issuer.mint("bob", groups=["ops"]))
+                async with httpx.AsyncClient(base_url=d.url, timeout=30) as h, d.acp("team") as editor:
+                    sid = (await h.post("/api/sessions", json={"route": "team"}, headers=alice)).json()["session_id"]
+                    assert (await h.post(f"/api/sessions/{sid}/prompt", json={"text": "slow: on"}, headers=alice)).status_code == 202
+                    send = _send("slow: a2a")
+                    send["params"]["configuration"] = {"returnImmediately": True}
+                    task = (await h.post("/a2a/team", json=send, headers=alice)).json()["result"]["task"]
+                    await editor.init()
+                    acp_sid = await editor.new()
+                    acp_turn = await editor.prompt(acp_sid, "slow: editor")
+                    await editor.until(lambda: len(editor.chunks(acp_sid)) >= 2)
+
+                    url = d.url.replace("http://", "ws://") + "/ws"
+                    async with (
+                        h.stream("GET", f"/api/sessions/{sid}/events", headers=bob) as bob_events,
+                        h.stream("GET", f"/api/sessions/{sid}/events", headers=alice) as alice_events,
+                        h.stream("GET", "/api/changes", headers=bob) as bob_feed,
+                        h.stream("POST", "/a2a/team", headers={**bob, "Accept": "text/event-stream"},
+                                 json={"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": task["id"]}}) as bob_task,
+                        open_websocket_url(url, extra_headers=[("Authorization", bob["Authorization"])]) as ws,
+                    ):  # fmt: skip
+                        bob_sse, alice_sse, feed, task_sse = Sse(bob_events), Sse(alice_events), Sse(bob_feed), Sse(bob_task)
+                        for sse in (bob_sse, alice_sse):
+                            await sse.until(lambda e: e.event == "message_chunk")  # live, past the replay
+                        assert (await task_sse.until(lambda e: True))[0].data  # the task, as it is
+                        await ws.send_message(json.dumps({"event": "session:subscribe", "data": {"session_id": sid}}))
+                        while json.loads(await ws.get_message())["event"] != "session:subscribed":
+                            pass
+
+                        d.config.write_text(_rules(tmp_path, issuer_toml(issuer), ops=False))
+                        d.signal(signal.SIGHUP)
+                        await notify.wait_for(lambda s: s.count("READY") >= 2 and s[-1] == "READY")
+
+                        # The canonical events stream: `gone`, saying why; then the end.
+                        gone = (await bob_sse.until(lambda e: e.event == "gone"))[-1]
+                        assert json.loads(gone.data)["reason"] == "access", gone
+                        assert await bob_sse.next() is None
+                        r = await h.get(f"/api/sessions/{sid}/events", params={"through": 0}, headers=bob)
+                        assert r.status_code == 404, r.text
+                        # /ws: that subscription ends with not_found; the connection stays open.
+                        frame = json.loads(await ws.get_message())
+                        while frame["event"] != "system:error":
+                            frame = json.loads(await ws.get_message())
+                        assert frame["data"]["code"] == "not_found" and frame["data"]["session_id"] == sid, frame
+                        await ws.send_message(json.dumps({"event": "session:subscribe", "data": {"session_id": sid}}))
+                        frame = json.loads(await ws.get_message())
+                        while frame["event"] not in ("system:error", "session:subscribed"):
+                            frame = json.loads(await ws.get_message())
+                        assert frame["event"] == "system:error" and frame["data"]["code"] == "not_found", frame
+                        # A2A: the stream ends (A2A 1.0 ends a stream by closing it), saying why in a comment.
+                        while await task_sse.next() is not None:
+                            pass
+                        assert b": access revoked" in task_sse.text, task_sse.text[-300:]
+                        get = {"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": task["id"]}}
+                        assert (await h.post("/a2a/team", json=get, headers=bob)).json()["error"]["code"] == -32001
+                        # The change feed: read the list again.
+                        await feed.until(lambda e: e.event == "reset")
+                        # ACP: the Unix user may no longer use its session: its turn is cancelled, the session detached.
+                        assert (await editor.response(acp_turn, timeout=20))["result"] == {"stopReason": "cancelled"}
+                        again = await editor.call("session/prompt", {"sessionId": acp_sid, "prompt": [{"type": "text", "text": "more"}]})
+                        assert again["error"]["code"] == -32002, again  # not found (ACP)
+                        # alice's own stream of the session goes on, live: it hears the cancel she makes now.
+                        assert (await h.post(f"/api/sessions/{sid}/cancel", json={}, headers=alice)).json() == {"cancelled": True}
+                        await alice_sse.until(lambda e: e.event == "turn_ended")
+                ended = [line for line in d.log_text().splitlines() if "stream(s) ended: the new access rules refuse" in line]
+                assert len(ended) == 1, d.log_text()[-3000:]
+                assert "a stream of bob ended: the reloaded access rules refuse it the task" in d.log_text()
+    finally:
+        notify.close()

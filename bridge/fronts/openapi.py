@@ -104,7 +104,7 @@ def _chat_paths() -> dict[str, Any]:
     ]  # fmt: skip
     return {
         "/api/sessions": {
-            "post": _chat("Open a session", {"200": _json(_ref("SessionCreated"), "The new session."), **_errors(400, 401, 404, 413, 415)},
+            "post": _chat("Open a session", {"200": _json(_ref("SessionCreated"), "The new session."), **_errors(400, 401, 403, 404, 413, 415, 429)},
                           "createSession", body="CreateSession",
                           description="`route` defaults to the config's `default_route`. Unknown fields are a 400 naming them."),
             "get": _chat("List sessions, newest first", {"200": _json(_ref("SessionList"), "One page."), **_errors(400, 401)},
@@ -113,16 +113,16 @@ def _chat_paths() -> dict[str, Any]:
         "/api/sessions/{session_id}": {
             "parameters": [_SID],
             "get": _chat("One session, with its commands and last sequence number",
-                         {"200": _json(_ref("SessionDetail"), "The session."), **_errors(401, 404)}, "getSession"),
+                         {"200": _json(_ref("SessionDetail"), "The session."), **_errors(401, 403, 404)}, "getSession"),
             "delete": _chat("Stop a session's run and forget it and its events",
-                            {"200": _json(_ref("Deleted"), "Deleted."), **_errors(401, 404)}, "deleteSession"),
+                            {"200": _json(_ref("Deleted"), "Deleted."), **_errors(401, 403, 404)}, "deleteSession"),
         },
         "/api/sessions/{session_id}/messages": {
             "parameters": [_SID],
             "get": _chat(
                 "A page of the session's history as chat turn projections, oldest first",
                 {"200": _json({"type": "array", "items": _ref("TurnProjection")}, "The turns of the newest `limit` runs before `before`.", page_headers),
-                 **_errors(400, 401, 404)},
+                 **_errors(400, 401, 403, 404)},
                 "getMessages",
                 params=[_param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "Runs per page."),
                         _param("before", "query", {"type": "string"}, "The cursor of `X-Next-Cursor`.")],
@@ -134,23 +134,24 @@ def _chat_paths() -> dict[str, Any]:
                 "The session's canonical events (server-sent events)",
                 {"200": _sse("`retry: 1000`, then each event as `id: <seq>`, `event: <its tag>`, `data: <CanonicalEvent as JSON>`; "
                              "after the replay `event: caught_up` (`CaughtUp`); then live events; `event: gone` when the session "
-                             "is deleted."), **_errors(400, 401, 404, 503)},
+                             "is deleted (`{}`), or when a reload's access rules refuse the caller the session "
+                             "(`{\"reason\": \"access\", \"detail\"}`)."), **_errors(400, 401, 403, 404, 503)},
                 "streamEvents", params=events,
             ),  # fmt: skip
         },
         "/api/sessions/{session_id}/prompt": {
             "parameters": [_SID],
-            "post": _chat("Start a turn", {"202": _json(_ref("TurnAccepted"), "The turn started."), **_errors(400, 401, 404, 409)},
+            "post": _chat("Start a turn", {"202": _json(_ref("TurnAccepted"), "The turn started."), **_errors(400, 401, 403, 404, 409, 429)},
                           "prompt", body="PromptBody", description="409: a turn is running."),
         },
         "/api/sessions/{session_id}/answer": {
             "parameters": [_SID],
-            "post": _chat("Answer the running turn's open question", {"200": _json(_ref("Answered"), "Answered."), **_errors(400, 401, 404)},
+            "post": _chat("Answer the running turn's open question", {"200": _json(_ref("Answered"), "Answered."), **_errors(400, 401, 403, 404)},
                           "answer", body="AnswerBody"),
         },
         "/api/sessions/{session_id}/cancel": {
             "parameters": [_SID],
-            "post": _chat("Cancel the running turn", {"200": _json(_ref("Cancelled"), "`cancelled` false: nothing ran."), **_errors(400, 401, 404)},
+            "post": _chat("Cancel the running turn", {"200": _json(_ref("Cancelled"), "`cancelled` false: nothing ran."), **_errors(400, 401, 403, 404)},
                           "cancel", body="CancelBody"),
         },
         "/api/changes": {
@@ -268,8 +269,10 @@ def build_openapi() -> dict[str, Any]:
     named["CanonicalEvent"] = {**schemas[-1], "description": "One event of the canonical turn model (bridge/core/events.py), tagged by `event`."}
     named.update(_hand_schemas())
     error = _json(_ref("ErrorBody"), "")
-    words = {400: "Bad request: a parameter or body field (named)", 401: "A bearer token is required", 404: "No such session or route",
+    words = {400: "Bad request: a parameter or body field (named)", 401: "A bearer token is required", 403: "The caller may not do this with the session or route (`[routes.NAME.access]`)",
+             404: "No such session or route",
              409: "A turn is running", 413: "The body is over `[server] max_body_bytes`", 415: "The body is not JSON",
+             429: "Over the route's `[limits]`: `Retry-After` says when to try again",
              503: "Too many event streams (`[ws] max_event_streams`)"}  # fmt: skip
     responses = {f"E{s}": {**error, "description": text} for s, text in words.items()}
     responses["A2AError"] = _json(_ref("RestError"), "An A2A error (`google.rpc.Status` with an `ErrorInfo`), with its mapped HTTP status.")

@@ -13,12 +13,18 @@ Listings are filtered in the store's query (`visibility`, bridge/store/listing.p
 `Visible`), so a page is full and its total counts only what the caller may see. Once
 any route has rules, a session of a route that is no longer configured is its owner's
 only (as on a route whose table is empty).
+
+What stays open on a check (a stream of a session's events, a /ws subscription, an A2A
+task's stream, an ACP connection's session) is held with `hold`: a reload whose rules
+refuse its caller ends it (bridge/session/grants.py), with the refusal a new request
+would meet.
 """
 
 from __future__ import annotations
 
+import functools
 import pwd
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from bridge.config import Config
@@ -27,7 +33,7 @@ from bridge.core.identity import Identity
 from bridge.errors import Forbidden, NotFound
 from bridge.store.listing import Visible
 
-__all__ = ["check", "check_start", "get_checked", "owned_by", "ruled", "unix_identity", "usable", "visibility", "visible"]
+__all__ = ["check", "check_start", "get_checked", "hold", "owned_by", "refusal", "ruled", "unix_identity", "usable", "visibility", "visible"]
 
 # The rules of a route that is not configured (any more), once others have rules.
 _UNCONFIGURED = RouteAccess()
@@ -121,6 +127,33 @@ async def get_checked(manager: Any, session_id: str, identity: Identity, action:
             raise NotFound(f"unknown session {session_id!r}")
         check(manager.config, record, identity, action)
     return await manager.get(session_id)
+
+
+def hold(
+    manager: Any, record: Any, identity: Identity, actions: tuple[Action, ...], revoke: Callable[[BaseException], None]
+) -> Callable[[], None]:
+    """Until the returned function is called: when a reload's rules refuse `identity`
+    every one of `actions` on the session of `record` (those that could have opened
+    it), `revoke(refusal)` ends what was opened on it, in its protocol's way."""
+    return manager.grants.hold(functools.partial(_refused, record, identity, actions), revoke)
+
+
+def _refused(record: Any, identity: Identity, actions: tuple[Action, ...], config: Config) -> BaseException | None:
+    return refusal(config, record, identity, *actions)
+
+
+def refusal(config: Config, record: Any, identity: Identity, *actions: Action) -> BaseException | None:
+    """None when `identity` may do any of `actions` with the session of `record`; else
+    what `check` raises for the first (NotFound, Forbidden)."""
+    first: BaseException | None = None
+    for action in actions:
+        try:
+            check(config, record, identity, action)
+        except (NotFound, Forbidden) as exc:
+            first = first or exc
+            continue
+        return None
+    return first
 
 
 def visible(config: Config, records: Iterable[_R], identity: Identity) -> list[_R]:

@@ -12,6 +12,7 @@ import trio
 from bridge.backs.base import Back
 from bridge.config import Config
 from bridge.prompts.registry import PromptRegistry
+from bridge.session.grants import Grants
 
 if TYPE_CHECKING:
     from bridge.session.live import Session
@@ -30,6 +31,7 @@ class Lifecycle:
     refusal: str
     stopping: trio.Event
     aborted: bool
+    grants: Grants
     _live: dict[str, Session]
     _backs: dict[str, Back]
     _nursery: trio.Nursery | None
@@ -55,8 +57,12 @@ class Lifecycle:
         """Use `config` from now on. New and changed routes serve new sessions; live
         sessions keep the route they started with; those of removed routes are retired.
         Returns the backs no new session will use (of changed and removed routes, by
-        route name) and the sessions retired."""
+        route name) and the sessions retired. What the new access rules refuse is
+        ended now (bridge/session/grants.py)."""
         old, self.config = self.config, config
+        revoked = self.grants.recheck(config)
+        if revoked:
+            log.info("reload: %d stream(s) ended: the new access rules refuse their callers", revoked)
         self.prompts.reconfigure(config)
         dropped = {
             name: self._backs.pop(name)

@@ -41,6 +41,7 @@ from bridge.core.events import Event, decode_events
 from bridge.errors import BackUnavailable, BridgeError, NotFound, Overloaded
 from bridge.prompts.registry import PromptRegistry
 from bridge.session.changes import Changes
+from bridge.session.grants import Grants
 from bridge.session.interfaces import TurnObserver
 from bridge.session.journal import Flusher
 from bridge.session.limits import TurnLimits
@@ -90,6 +91,7 @@ class SessionManager(Owners, Lifecycle):
         self.flusher = Flusher(config.store.flush_interval_s)  # stores every session's events
         self.observer: TurnObserver | None = None
         self.changes = Changes()  # which sessions changed, for live lists (bridge/session/changes.py)
+        self.grants = Grants()  # streams a reload's access rules may end (bridge/session/grants.py)
         self.accepting = True  # False: new sessions and turns are refused with `refusal`
         self.refusal = "the bridge is shutting down"
         self.stopping = trio.Event()  # the daemon stops: set with `accepting` off, for good

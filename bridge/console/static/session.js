@@ -90,7 +90,9 @@ export async function sessionView(id, { signal }) {
           }
         });
       } else if (message.event === "gone") {
-        announce("This session was deleted");
+        // `{}`: deleted; `{"reason": "access"}`: a reload's rules no longer let us watch it.
+        const why = JSON.parse(message.data || "{}");
+        announce(why.reason === "access" ? "You may no longer watch this session" : "This session was deleted");
       } else {
         transcript.push(JSON.parse(message.data));
       }

@@ -253,8 +253,8 @@ class A2AFront:
                 op = wire.rpc_op(env.method, dialect)  # type: ignore[arg-type]
                 req = wire.decode_params(op, dialect, env.params)
                 if op in ("stream", "subscribe"):
-                    stream = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.JSONRPC, _enc.encode(rid)))
-                    await self._serve_stream(name, scope, stream, send, receive)
+                    stream, record = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.JSONRPC, _enc.encode(rid)))
+                    await self._serve_stream(name, scope, stream, record, send, receive)
                     return
                 result = await self._call(name, route, scope, op, req, dialect)
                 out = wire.rpc_result(rid, wire.answer(op, dialect, Binding.JSONRPC, result))
@@ -301,8 +301,8 @@ class A2AFront:
                     raise A2AFault("VersionNotSupported", why)
                 req = rest_request(op, dialect, body, params, scope.get("query_string", b""))
                 if op in ("stream", "subscribe"):
-                    stream = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.HTTP_JSON, b"null"))
-                    await self._serve_stream(name, scope, stream, send, receive)
+                    stream, record = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.HTTP_JSON, b"null"))
+                    await self._serve_stream(name, scope, stream, record, send, receive)
                     return
                 result = await self._call(name, route, scope, op, req, dialect)
                 await send_bytes(send, 200, wire.answer(op, dialect, Binding.HTTP_JSON, result), content_type=ctype)
@@ -352,16 +352,27 @@ class A2AFront:
             return await self._card(name, route, scope, legacy=dialect is Dialect.V0_3, extended=True)
         raise InternalError(f"unhandled A2A operation {op}")
 
-    async def _serve_stream(self, name: str, scope: Scope, stream: SseStream, send: Any, receive: Any) -> None:
-        """The stream's response, ended when its caller's token expires (bridge/fronts/a2a/stream.py)."""
+    async def _serve_stream(self, name: str, scope: Scope, stream: SseStream, record: Any, send: Any, receive: Any) -> None:
+        """The stream's response, ended when its caller's token expires, or when a reload's
+        rules refuse it the task's context (`record`; bridge/fronts/a2a/stream.py)."""
         who = of_scope(scope)
         until = None if who.expires_at is None else functools.partial(expiry, who)
-        await stream.run(send, receive, heartbeat_s=self.cfg.heartbeat_s, until=until)
+        # Kept while the caller may follow the task or send it messages (either opens a stream).
+        release = owners.hold(self.manager, record, who, ("watch", "use"), stream.revoke)
+        try:
+            await stream.run(send, receive, heartbeat_s=self.cfg.heartbeat_s, until=until)
+        finally:
+            release()
         if stream.expired:
             log.info("A2A %s: a stream of %s ended as its token expired (SubscribeToTask with a fresh one resumes)", name, who.subject)
+        elif stream.revoked:
+            log.info("A2A %s: a stream of %s ended: the reloaded access rules refuse it the task", name, who.subject)
 
-    async def _open_stream(self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder) -> SseStream:
-        """The stream, with its first event queued; errors before it are raised (answered as errors, not SSE)."""
+    async def _open_stream(
+        self, name: str, route: Route, scope: Scope, op: str, req: Any, encoder: EventEncoder
+    ) -> tuple[SseStream, Any]:
+        """The stream, with its first event queued, and the record of the task's context;
+        errors before it are raised (answered as errors, not SSE)."""
         owner = await self.access.allowed(name, route, of_scope(scope), op, req)
         stream = SseStream(encoder, self.cfg.stream_queue_max_events, to_end=op == "subscribe")
         if op == "stream":
@@ -369,14 +380,14 @@ class A2AFront:
             await self.tasks.publish(live)
             config = req.configuration
             live.attach(stream, history_length=_history(config.history_length if config else None))
-            return stream
+            return stream, live.session.record
         live = self.tasks.live.get(req.id) or await follow(self.tasks, name, req.id)
         if live is not None and live.session.record.route == name:
             self.tasks.waiting.check(req.id, running=sum(st.to_end for st in live.streams))
             live.attach(stream)
-            return stream
-        await self.tasks.subscribe_waiting(name, req.id, stream)  # interrupted, its turn over: open until a message continues it
-        return stream
+            return stream, live.session.record
+        # Interrupted, its turn over: open until a message continues it.
+        return stream, await self.tasks.subscribe_waiting(name, req.id, stream)
 
 
 def _history(value: int | None) -> int | None:

@@ -19,7 +19,8 @@ task; its stream starts with the Task as it is, so nothing is lost between two
 streams): frames carry no SSE `id:`, and a `Last-Event-ID` is not read.
 
 A stream also ends when `until` returns (the caller's token expired, bridge/fronts/expiry.py):
-what is queued is written, then the response ends as it does at a terminal state. A2A
+what is queued is written, then the response ends as it does at a terminal state; so it
+does when a reload's access rules refuse the caller the task (`revoke`). A2A
 1.0 marks a stream's end by closing it (no `final` flag), and a client whose stream
 closed before the task stopped calls SubscribeToTask (§3.1.6), here with a fresh
 token, to have the task as it is and follow it on; the task itself is not touched.
@@ -53,12 +54,13 @@ _SSE_HEADERS = [
 # SSE comments (WHATWG HTML §9.2.6: ignored by clients) saying why a stream ended early.
 _DROPPED = b": dropped: this client fell behind; SubscribeToTask to resume\n\n"
 _EXPIRED = b": token expired; SubscribeToTask with a fresh token to resume\n\n"
+_REVOKED = b": access revoked: the agent's rules no longer let this caller follow the task\n\n"
 
 
 class SseStream:
     """One SSE response; `put` from anywhere (never blocks), `run` in the request's task."""
 
-    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "expired", "on_close", "to_end")
+    __slots__ = ("encoder", "_frames", "_size", "_max", "_lot", "closed", "dropped", "expired", "revoked", "on_close", "to_end")
 
     def __init__(self, encoder: EventEncoder, max_frames: int, *, to_end: bool = False) -> None:
         self.encoder = encoder
@@ -71,6 +73,7 @@ class SseStream:
         self.closed = False  # nothing more will be queued
         self.dropped = False  # closed because the client fell too far behind
         self.expired = False  # closed because its caller's credential expired (`run`'s `until`)
+        self.revoked = False  # closed because a reload's access rules refuse its caller the task
         self.on_close: Callable[[SseStream], None] | None = None
 
     def put(self, frame: bytes) -> None:
@@ -83,6 +86,13 @@ class SseStream:
         self._frames.append(frame)
         if self._lot:
             self._lot.unpark()
+
+    def revoke(self, refusal: BaseException | None = None) -> None:
+        """A reload's rules refuse the caller the task (bridge/session/grants.py): what
+        is queued is written, then the stream ends saying so."""
+        if not self.closed:
+            self.revoked = True
+            self.close()
 
     def close(self) -> None:
         if not self.closed:
@@ -117,7 +127,7 @@ class SseStream:
                 await self._lot.park()
             if idle.cancelled_caught and not self._frames and not self.closed:
                 await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
-        tail = _DROPPED if self.dropped else _EXPIRED if self.expired else b""
+        tail = _DROPPED if self.dropped else _EXPIRED if self.expired else _REVOKED if self.revoked else b""
         # Shielded: the client's disconnect (`_watch`) may land inside hypercorn's
         # end-of-response work, which would leave the connection neither open nor
         # closed and hold the listener at shutdown (mcp_http._shielded says more).

@@ -52,7 +52,7 @@ from bridge.fronts.a2a.stream import LiveTask, SseStream
 from bridge.fronts.a2a.waiting import WaitingStreams
 from bridge.schema import a2a as s
 from bridge.session import Session, SessionManager
-from bridge.store import TaskRecord
+from bridge.store import SessionRecord, TaskRecord
 from bridge.store.listing import Visible
 
 __all__ = ["TaskService"]
@@ -218,16 +218,22 @@ class TaskService:
         await session.save_record()  # the continuation is findable after a crash
         return live
 
-    async def subscribe_waiting(self, route: str, task_id: str, stream: SseStream) -> None:
+    async def subscribe_waiting(self, route: str, task_id: str, stream: SseStream) -> SessionRecord:
         """SubscribeToTask on a task that is not running: the task as it is, then, if it is
-        interrupted, its next turn (A2A spec §3, SubscribeToTask: open until a terminal state)."""
+        interrupted, its next turn (A2A spec §3, SubscribeToTask: open until a terminal state).
+        Returns the record of the task's context (whose rules a reload rechecks)."""
         kept = await self.kept(route, task_id)
         projector = kept.projector
         if projector.state in s.TERMINAL_STATES:
             raise A2AFault("UnsupportedOperation", f"task {task_id} is {projector.state}: a finished task has no stream; GetTask reads it")
         self.waiting.check(task_id)
+        session = self.manager.live(kept.record.session_id)
+        record = session.record if session is not None else await self.manager.store.get_session(kept.record.session_id)
+        if record is None:  # its context was deleted as we read the task
+            raise NotFound(f"unknown task {task_id!r}")
         stream.put(stream.encoder.frame(stream.encoder.payload(s.StreamResponse(task=projector.snapshot()))))
-        self.waiting.add(projector, stream, self.manager.live(kept.record.session_id))
+        self.waiting.add(projector, stream, session)
+        return record
 
     @staticmethod
     def _check(route: str, task_route: str, context_id: str, asked: str | None, task_id: str) -> None:

@@ -62,6 +62,7 @@ from bridge.fronts.acp.subscriber import AttachedSession
 from bridge.schema import acp
 from bridge.schema.jsonrpc import Notification
 from bridge.session import Session, SessionManager
+from bridge.session.grants import Refusals
 from bridge.transport.ndjson import ANSWERED, NdjsonConnection, receive_frames
 
 __all__ = ["AcpConnection", "serve_acp"]
@@ -128,6 +129,7 @@ class AcpConnection:
 
     # -- connection -------------------------------------------------------------------
     async def run(self) -> None:
+        release = self.manager.grants.hold(self._refused, self._revoke, once=False)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -141,6 +143,7 @@ class AcpConnection:
                     await self._writer_done.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            release()
             self.outbox.close()
             for att in self.attached.values():
                 att.unsubscribe()
@@ -273,6 +276,30 @@ class AcpConnection:
             att = AttachedSession(session, deliver=self.deliver, outbox=self.outbox, services=self.services)
             self.attached[session.id] = att
         return att
+
+    def _refused(self, config: Config) -> BaseException | None:
+        """On a reload (bridge/session/grants.py): the attached sessions the new rules no
+        longer let this editor use."""
+        refused: list[tuple[Any, BaseException]] = []
+        for session_id, att in self.attached.items():
+            refusal = owners.refusal(config, att.session.record, self.identity, "use")
+            if refusal is not None:
+                refused.append((session_id, refusal))
+        return Refusals(refused) if refused else None
+
+    def _revoke(self, refusals: BaseException) -> None:
+        """Detach each: no more `session/update` for it, a request naming it is refused as
+        for a session never opened here, and a turn this editor runs on it is cancelled
+        (its `session/prompt` answers `cancelled`). ACP has no message for it."""
+        assert isinstance(refusals, Refusals)
+        for session_id, refusal in refusals.refused:
+            att = self.attached.pop(session_id, None)
+            if att is None:
+                continue
+            att.unsubscribe()
+            log.info("ACP %s: session %s detached: %s", self.identity.subject, session_id, refusal)
+            if att.session in self.prompts.values() and self._nursery is not None:
+                self._nursery.start_soon(_cancel, att.session)
 
     def _announce_commands(self, session: Session) -> None:
         commands = session.commands()  # the back's own and the route's prompts (bridge/prompts)

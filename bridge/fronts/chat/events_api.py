@@ -17,7 +17,9 @@ the `tail_turns` newest turns, or from the start; then `event: caught_up` (`last
 `first_seq`, `earlier`); then the live events, each once: the stream subscribes before
 it reads the store and holds what arrives until the replay is written (as
 bridge/fronts/acp/subscriber.py does). `through` makes it finite (a page of older
-events). Its session deleted: `event: gone`, and the end. A client too slow for its
+events). Its session deleted: `event: gone` (`{}`), and the end; a reload whose access
+rules refuse the caller the session: `event: gone` with `{"reason": "access", "detail"}`
+(a new request meets that refusal: 404). A client too slow for its
 queue (bridge/fronts/chat/sse_out.py) has its stream ended, never the session paused:
 it reconnects with `Last-Event-ID` and reads the rest from the store.
 """
@@ -199,6 +201,12 @@ class _Gone:
             self.out.close(_GONE)
 
 
+def _revoked(out: SseOut, refusal: BaseException) -> None:
+    """A reload's rules refuse the caller this session: `gone`, saying so (a new request
+    meets the same refusal: 404)."""
+    out.close(encode_event(_enc.encode({"reason": "access", "detail": str(refusal)}), event="gone"))
+
+
 class CanonicalApi:
     def __init__(self, config: Config, manager: SessionManager, api: RestApi) -> None:
         self.cfg = config.section(WsFrontConfig)
@@ -253,6 +261,8 @@ class CanonicalApi:
             follower = _Follower(out, max(16, self.cfg.events_queue_max // 2))
             undo.append(session.subscribe(follower))  # first: nothing emitted from now on is missed
             undo.append(self.manager.changes.listen(_Gone(session.id, out)))
+        # A reload whose rules refuse the caller ends the stream (bridge/session/grants.py).
+        undo.append(owners.hold(self.manager, session.record, who, ("watch",), functools.partial(_revoked, out)))
         out.on_close = lambda: [u() for u in undo]
 
         async def replay(write: Write) -> None:

@@ -14,7 +14,8 @@ A client hears only of the sessions its caller may list (README: "Access control
 a change of a running session it may not list is dropped as it is heard (so others'
 activity neither reaches nor fills its bounded set), one of a stored session is checked
 when its frame is made, and `deleted` is sent only if the caller could list the session
-as it was (the deleted record travels with the news).
+as it was (the deleted record travels with the news). A reload that changes what the
+caller may list sends `event: reset`.
 
 In a cluster the feed hears of the sessions this instance runs or follows; a client
 refetches the list now and then for the others.
@@ -79,6 +80,11 @@ class _Pending:
             self.dirty[session_id] = deleted or self.dirty.get(session_id)
         self._wake.set()
 
+    def reset_all(self) -> None:
+        """What the client lists may be wrong as a whole: it reads the list again."""
+        self.reset, self.dirty = True, {}
+        self._wake.set()
+
     def changed(self, session_id: str, record: SessionRecord | None = None) -> None:
         if record is not None and self._hides(record):
             return
@@ -107,7 +113,9 @@ class ChangeFeed:
     async def serve(self, opened: Identity, send: Any, receive: Any, cors: list[tuple[str, str]]) -> None:
         out = self.canonical.out()
         pending = _Pending(self.canonical.cfg.changes_max_pending, functools.partial(self._hides, opened))
-        out.on_close = self.manager.changes.listen(_Heard(pending, self.manager))
+        unlisten = self.manager.changes.listen(_Heard(pending, self.manager))
+        view = _View(self.manager, opened, pending)
+        out.on_close = lambda: (unlisten(), view.release())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run, pending, out, opened)
             try:
@@ -151,6 +159,32 @@ class ChangeFeed:
         if self._hides(who, record):
             return None
         return encode_event(_enc.encode(self.views.info(record)), event="session")
+
+
+class _ViewChanged(Exception):
+    pass
+
+
+class _View:
+    """What the caller may list, held on the reload (bridge/session/grants.py): rules that
+    change it make the client read the list again (`event: reset`)."""
+
+    __slots__ = ("who", "pending", "visible", "release")
+
+    def __init__(self, manager: Any, who: Identity, pending: _Pending) -> None:
+        self.who, self.pending = who, pending
+        self.visible = owners.visibility(manager.config, who)
+        self.release = manager.grants.hold(self._check, self._reset, once=False)
+
+    def _check(self, config: Any) -> BaseException | None:
+        visible = owners.visibility(config, self.who)
+        if visible == self.visible:
+            return None
+        self.visible = visible
+        return _ViewChanged()
+
+    def _reset(self, _: BaseException) -> None:
+        self.pending.reset_all()
 
 
 class _Heard:

@@ -10,7 +10,10 @@ come from `ChatStreams`; errors are `system:error {message, code, detail}`.
 
 Access: Origin against `[ws] allowed_origins` and a bearer token (`Authorization`
 header, refused before the upgrade with 403/401) or the first frame's `auth.token`
-(close 4401 if wrong or late). Limits, each with its fate:
+(close 4401 if wrong or late). A subscription whose caller a reload's access rules
+refuse (it may no longer watch, use or answer the session) ends with `system:error`
+`not_found` naming the session; the socket stays open.
+Limits, each with its fate:
 - a frame over `max_frame_bytes`: `system:error frame_too_large`, close 1009;
 - over `max_messages_per_s` (token bucket with `message_burst`): `system:error
   rate_limited`, the frame is dropped;
@@ -48,11 +51,13 @@ from bridge.config import Config
 from bridge.core.identity import of_scope
 from bridge.fronts.chat.config import WsFrontConfig
 from bridge.errors import PeerError, codes_for
+from bridge.fronts import owners
 from bridge.fronts.chat.access import Access
 from bridge.fronts.chat.streams import ChatStreams
 from bridge.fronts.chat.ws_connection import CLOSE_GOING_AWAY, CLOSE_SLOW, WsConnection
 from bridge.fronts.http import Scope
 from bridge.session import SessionManager
+from bridge.session.grants import Refusals
 
 __all__ = ["CLOSE_GOING_AWAY", "CLOSE_SLOW", "WsFront"]
 
@@ -79,15 +84,37 @@ class WsFront:
         while stopping. Then close 1001 after what is queued; without it, an open socket
         would hold the listener until `[server] graceful_timeout_s`.
         """
-        async with trio.open_nursery() as nursery:
-            if self.cfg.ping_interval_s is not None:
-                nursery.start_soon(self._ping_quiet, self.cfg.ping_interval_s)
-            task_status.started()
-            await self.manager.drained.wait()
-            nursery.cancel_scope.cancel()
+        release = self.manager.grants.hold(self._refused, self._revoke, once=False)
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.cfg.ping_interval_s is not None:
+                    nursery.start_soon(self._ping_quiet, self.cfg.ping_interval_s)
+                task_status.started()
+                await self.manager.drained.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            release()
         self.closing = True
         for conn in list(self.connections):
             conn.close(CLOSE_GOING_AWAY, "the bridge is shutting down", flush=True)
+
+    def _refused(self, config: Config) -> BaseException | None:
+        """On a reload (bridge/session/grants.py): the subscriptions whose callers the new
+        rules refuse. A caller keeps a session it may still watch, use or answer (the
+        sender of a run hears it, `chat:send`); one for all sockets, so an idle
+        connection holds nothing for it."""
+        refused: list[tuple[Any, BaseException]] = []
+        for conn in self.connections:
+            for session_id, session in conn.subs.items():
+                refusal = owners.refusal(config, session.record, conn.identity, "watch", "use", "answer")
+                if refusal is not None:
+                    refused.append(((conn, session_id), refusal))
+        return Refusals(refused) if refused else None
+
+    def _revoke(self, refusals: BaseException) -> None:
+        assert isinstance(refusals, Refusals)
+        for (conn, session_id), refusal in refusals.refused:
+            conn.revoked(session_id, refusal)
 
     async def _ping_quiet(self, interval: float) -> None:
         """One task pings every socket whose client sent nothing for a whole interval

@@ -299,6 +299,12 @@ class WsConnection:
                 return
             self.push(frames[i : i + room])
 
+    def revoked(self, session_id: str, refusal: BaseException) -> None:
+        """A reload's rules refuse its caller the session (WsFront._refused)."""
+        if self.subs.pop(session_id, None) is not None:
+            self.front.streams.unwatch(session_id, self)
+            self._error(refusal, session_id)
+
     def session_gone(self, session_id: str, reason: str) -> None:
         if self.subs.pop(session_id, None) is not None:
             self._error(NotFound(reason), session_id)
