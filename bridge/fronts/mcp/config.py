@@ -32,6 +32,9 @@ class McpFrontConfig(ConfigStruct):
     # Streamable HTTP sessions: closed after this long without a request; at most this many.
     session_idle_timeout_s: PositiveSeconds = 1800.0
     max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    # A session's newest events kept for a client whose stream was cut to resume from
+    # (`Last-Event-ID`, bridge/fronts/mcp/resume.py); 0: streams are not resumable.
+    resume_events: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
 
     @property
     def token_required(self) -> bool:

@@ -20,8 +20,10 @@ The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
   Redelivery": a disconnection is not a cancellation), and the client opens it again
   with a fresh token. A POST's SSE response is the answer to a call that was allowed
   when it was made: it runs to that answer, as any request does (its turn is bounded by
-  the route's limits). Cutting it would lose the answer: the bridge keeps no event store
-  to resume a POST's stream from.
+  the route's limits).
+- Resumption: each session keeps its newest `[mcp] resume_events` events, so a client
+  whose stream (a call's, or the GET one) was cut resumes it with `Last-Event-ID`
+  (bridge/fronts/mcp/resume.py).
 - Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
   closed and new ones refused, so an idle client's notification stream does not hold
   the listener until its graceful timeout; calls in progress finish (their turns are
@@ -84,6 +86,7 @@ class McpHttp:
         if self._token_required and self._token is None:
             log.error("%s names a token for /mcp but gives none: every MCP client is refused", where)
         self._sm: Any = None
+        self._resume_events = cfg.resume_events
         self._ids = IdGate(config.server.max_body_bytes)
         self._ready = trio.Event()
         self._stopping = False
@@ -93,6 +96,7 @@ class McpHttp:
         task_status.started()
         try:
             mcp = await load_module("bridge.fronts.mcp.front")
+            resume = await load_module("bridge.fronts.mcp.resume")
             from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
             from mcp.server.transport_security import TransportSecuritySettings
         except ImportError as exc:
@@ -101,8 +105,11 @@ class McpHttp:
             return
         front = mcp.McpFront(self.config, self.manager)
         cfg = self.config.section(McpFrontConfig)
-        sm = StreamableHTTPSessionManager(
+        kept = cfg.resume_events
+        manager_class = resume.scoped_manager(StreamableHTTPSessionManager, kept) if kept else StreamableHTTPSessionManager
+        sm = manager_class(
             app=front.server,
+            event_store=resume.Nothing() if kept else None,  # each session gets its own (resume.py)
             # Origin and Host are checked here, before the SDK (it still checks Content-Type).
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             session_idle_timeout=cfg.session_idle_timeout_s,
@@ -147,6 +154,8 @@ class McpHttp:
                 await self._ready.wait()
             if self._sm is None:
                 refusal = 503, "the MCP front is not available (see the daemon's log)"
+        if refusal is None and scope["method"] == "GET":
+            refusal = self._cannot_resume(scope)
         if refusal is not None:
             status, message = refusal
             log.warning("MCP %s /mcp refused (%d): %s", scope["method"], status, message)
@@ -163,6 +172,22 @@ class McpHttp:
 
         # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp/ids.py).
         await self._ids.serve(scope, receive, handle)
+
+    def _cannot_resume(self, scope: Scope) -> tuple[int, str] | None:
+        """A GET with a `Last-Event-ID` its session does not keep (older than its newest
+        `[mcp] resume_events`, or never its): 410, so the client stops trying (an empty
+        stream would have it reconnect for ever) and its caller hears the call is lost."""
+        last, session = header(scope, "last-event-id"), header(scope, "mcp-session-id")
+        if last is None or session is None:
+            return None
+        transport = getattr(self._sm, "_server_instances", {}).get(session)  # the SDK's, private (as below)
+        if transport is None:
+            return None  # the SDK answers an unknown session (404)
+        store = getattr(transport, "_event_store", None)
+        knows = getattr(store, "knows", None)
+        if knows is not None and knows(last):
+            return None
+        return 410, f"cannot resume after event {last[:32]!r}: this session keeps only its newest {self._resume_events} events"
 
     async def _serve_until_expiry(self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity) -> None:
         """`sm.handle_request` of a GET, its SSE stream closed by the SDK if it is still open
