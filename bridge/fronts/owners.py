@@ -126,7 +126,9 @@ async def get_checked(manager: Any, session_id: str, identity: Identity, action:
         if record is None:
             raise NotFound(f"unknown session {session_id!r}")
         check(manager.config, record, identity, action)
-    return await manager.get(session_id)
+    session = await manager.get(session_id)
+    check(manager.config, session.record, identity, action)  # a reload may have come meanwhile
+    return session
 
 
 def hold(
@@ -134,8 +136,16 @@ def hold(
 ) -> Callable[[], None]:
     """Until the returned function is called: when a reload's rules refuse `identity`
     every one of `actions` on the session of `record` (those that could have opened
-    it), `revoke(refusal)` ends what was opened on it, in its protocol's way."""
-    return manager.grants.hold(functools.partial(_refused, record, identity, actions), revoke)
+    it), `revoke(refusal)` ends what was opened on it, in its protocol's way. Checked
+    at once too: a reload that came while it was being opened (after its request was
+    checked) ends it now."""
+    check = functools.partial(_refused, record, identity, actions)
+    release = manager.grants.hold(check, revoke)
+    refusal = check(manager.config)
+    if refusal is not None:
+        release()
+        revoke(refusal)
+    return release
 
 
 def _refused(record: Any, identity: Identity, actions: tuple[Action, ...], config: Config) -> BaseException | None:

@@ -8,9 +8,11 @@ allowed), and a `revoke`, which ends that thing in its protocol's way with that 
 
 `SessionManager.reconfigure` (a SIGHUP reload, bridge/reload.py) runs every check
 against the new configuration before it returns, so no event of a turn reaches a caller
-the new rules refuse once the reload is applied. Both run synchronously and must not
-block; one that raises is our bug: logged, its grant dropped, the others still run
-(STYLE.md rule 17). Holding and releasing a grant is a dict operation: a stream pays
+the new rules refuse once the reload is applied: a stream stops what it was replaying
+when it is revoked, and one being opened as the reload came is checked as it is held
+(bridge/fronts/owners.py `hold`). Both run synchronously and must not
+block; one that raises is our bug: logged, its grant dropped (a view's is kept, for the
+next reload), the others still run (STYLE.md rule 17). Holding and releasing a grant is a dict operation: a stream pays
 nothing per event for it.
 """
 
@@ -69,6 +71,7 @@ class Grants:
                 revoke(refusal)
                 revoked += 1
             except Exception:
-                log.exception("a grant's check or revoke failed; dropped")
-                self._held.pop(key, None)
+                if once:  # a view (`once=False`) stays: dropping it would end every recheck of its front
+                    self._held.pop(key, None)
+                log.exception("a grant's check or revoke failed%s", "; dropped" if once else "")
         return revoked

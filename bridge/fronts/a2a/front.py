@@ -51,6 +51,7 @@ from bridge.config import Config, Route
 from bridge.fronts.a2a.config import A2AFrontConfig, A2ARouteConfig
 from bridge.core.identity import of_scope
 from bridge.errors import BridgeError, FrameTooLarge, InternalError, Overloaded, PeerError, RateLimited, codes_for
+from bridge.core.access import Action
 from bridge.fronts import owners
 from bridge.fronts.a2a.access import TaskAccess
 from bridge.fronts.a2a.push import PushService
@@ -254,7 +255,7 @@ class A2AFront:
                 req = wire.decode_params(op, dialect, env.params)
                 if op in ("stream", "subscribe"):
                     stream, record = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.JSONRPC, _enc.encode(rid)))
-                    await self._serve_stream(name, scope, stream, record, send, receive)
+                    await self._serve_stream(name, scope, op, stream, record, send, receive)
                     return
                 result = await self._call(name, route, scope, op, req, dialect)
                 out = wire.rpc_result(rid, wire.answer(op, dialect, Binding.JSONRPC, result))
@@ -302,7 +303,7 @@ class A2AFront:
                 req = rest_request(op, dialect, body, params, scope.get("query_string", b""))
                 if op in ("stream", "subscribe"):
                     stream, record = await self._open_stream(name, route, scope, op, req, EventEncoder(dialect, Binding.HTTP_JSON, b"null"))
-                    await self._serve_stream(name, scope, stream, record, send, receive)
+                    await self._serve_stream(name, scope, op, stream, record, send, receive)
                     return
                 result = await self._call(name, route, scope, op, req, dialect)
                 await send_bytes(send, 200, wire.answer(op, dialect, Binding.HTTP_JSON, result), content_type=ctype)
@@ -352,13 +353,16 @@ class A2AFront:
             return await self._card(name, route, scope, legacy=dialect is Dialect.V0_3, extended=True)
         raise InternalError(f"unhandled A2A operation {op}")
 
-    async def _serve_stream(self, name: str, scope: Scope, stream: SseStream, record: Any, send: Any, receive: Any) -> None:
+    async def _serve_stream(self, name: str, scope: Scope, op: str, stream: SseStream, record: Any, send: Any, receive: Any) -> None:
         """The stream's response, ended when its caller's token expires, or when a reload's
         rules refuse it the task's context (`record`; bridge/fronts/a2a/stream.py)."""
         who = of_scope(scope)
         until = None if who.expires_at is None else functools.partial(expiry, who)
-        # Kept while the caller may follow the task or send it messages (either opens a stream).
-        release = owners.hold(self.manager, record, who, ("watch", "use"), stream.revoke)
+        # Kept while the caller may do what opened it: follow the task (SubscribeToTask), or
+        # follow or message it (SendStreamingMessage); checked now too, for a reload that
+        # came while the stream was being opened.
+        actions: tuple[Action, ...] = ("watch",) if op == "subscribe" else ("watch", "use")
+        release = owners.hold(self.manager, record, who, actions, stream.revoke)
         try:
             await stream.run(send, receive, heartbeat_s=self.cfg.heartbeat_s, until=until)
         finally:

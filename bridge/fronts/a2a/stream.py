@@ -274,6 +274,8 @@ class LiveTask:
 
     def attach(self, stream: SseStream, *, history_length: int | None = None) -> None:
         """The task as it is now, then every later event until it stops (terminal or interrupted)."""
+        if stream.closed:  # its client left, or it was revoked, while it waited to be attached
+            return
         if self.ended and not self.settled:
             self._late.append((stream, history_length))  # its end is being stored: wait for it
             return
@@ -290,6 +292,8 @@ class LiveTask:
 
     def follow(self, stream: SseStream) -> None:
         """Every later event on `stream` (it has the task as it was already)."""
+        if stream.closed:
+            return
         self.streams.append(stream)
         stream.on_close = self._detach
 

@@ -63,6 +63,8 @@ class WaitingStreams:
         """`stream` (which has the task as it is) waits for the task's next turn; over a bound, or
         with its session closed, it ends now. `session`: the task's live session, if it is live."""
         task_id = projector.task_id
+        if stream.closed:  # its client left (or it was revoked) before it came to wait: nothing to hold
+            return
         try:
             self.check(task_id)
         except Overloaded as exc:

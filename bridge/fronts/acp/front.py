@@ -271,6 +271,8 @@ class AcpConnection:
     def _attach(self, session: Session) -> AttachedSession:
         if session.record.route != self.route_name:
             raise NotFound(f"session {session.id} belongs to route {session.record.route!r}, not {self.route_name!r}")
+        # Again with the rules now: a reload may have come since the request was checked.
+        owners.check(self.manager.config, session.record, self.identity, "use")
         att = self.attached.get(session.id)
         if att is None:
             att = AttachedSession(session, deliver=self.deliver, outbox=self.outbox, services=self.services)
@@ -296,10 +298,19 @@ class AcpConnection:
             att = self.attached.pop(session_id, None)
             if att is None:
                 continue
-            att.unsubscribe()
-            log.info("ACP %s: session %s detached: %s", self.identity.subject, session_id, refusal)
-            if att.session in self.prompts.values() and self._nursery is not None:
-                self._nursery.start_soon(_cancel, att.session)
+            try:
+                att.unsubscribe()
+                log.info("ACP %s: session %s detached: %s", self.identity.subject, session_id, refusal)
+                if att.session in self.prompts.values() and self._nursery is not None:
+                    self._nursery.start_soon(_cancel, att.session)
+            except Exception:  # our bug: the others are still detached
+                log.exception("ACP: session %s could not be detached", session_id)
+
+    def _still_attached(self, att: AttachedSession) -> None:
+        """After an await of `session/load`: detached meanwhile (a reload's rules refuse it),
+        the rest of the history is not sent, and the load is refused as for a stranger."""
+        if self.attached.get(att.session.id) is not att:
+            raise NotFound(f"unknown session {att.session.id!r}")
 
     def _announce_commands(self, session: Session) -> None:
         commands = session.commands()  # the back's own and the route's prompts (bridge/prompts)
@@ -328,6 +339,7 @@ class AcpConnection:
         put = self.outbox.put
         last = 0
         async for page in session.history_pages(0):
+            self._still_attached(att)
             for event in page:
                 update = codec.replayed(event)
                 if update is not None:
@@ -335,7 +347,9 @@ class AcpConnection:
                         put(Notification(method="session/update", params=acp.SessionNotification(session_id=session.id, update=one)))
                 if self.outbox.congested():
                     await self.outbox.wait_uncongested()
+                    self._still_attached(att)
             last = page[-1].seq
+        self._still_attached(att)
         att.release(last)
         self.peer.respond(call.id, self._setup_result(session, acp.LoadSessionResult))
         self._announce_commands(session)

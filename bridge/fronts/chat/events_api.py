@@ -261,14 +261,17 @@ class CanonicalApi:
             follower = _Follower(out, max(16, self.cfg.events_queue_max // 2))
             undo.append(session.subscribe(follower))  # first: nothing emitted from now on is missed
             undo.append(self.manager.changes.listen(_Gone(session.id, out)))
-        # A reload whose rules refuse the caller ends the stream (bridge/session/grants.py).
-        undo.append(owners.hold(self.manager, session.record, who, ("watch",), functools.partial(_revoked, out)))
         out.on_close = lambda: [u() for u in undo]
+        # A reload whose rules refuse the caller ends the stream (bridge/session/grants.py),
+        # one that came while it was opened at once (closing it runs `undo` as it stands).
+        undo.append(owners.hold(self.manager, session.record, who, ("watch",), functools.partial(_revoked, out)))
 
         async def replay(write: Write) -> None:
             after, first = start, None
             for _ in range(_REPLAYS):
                 async for page in session.history_pages(after, through_seq=through):
+                    if out.closed:  # revoked (a reload), the session deleted, or the daemon stopping
+                        return
                     frames = [event_frame(e) for e in page if e.seq > after]
                     if frames:
                         first = first or page[-len(frames)].seq

@@ -69,6 +69,10 @@ def _nothing() -> None:
     pass
 
 
+class _Unwatched(Exception):
+    """A replay's watcher stopped watching: the rest is not read."""
+
+
 def turn_open(record: SessionRecord) -> bool:
     """The stored summary says a turn started and has not ended: it runs (on another
     instance of a cluster), or its process stopped and the turn is not closed yet."""
@@ -298,7 +302,7 @@ class ChatStreams:
                 stream.watchers[watcher] = None
                 return stream.projector.sequence
             stream.holding[watcher] = []
-            last = await self._replay(session, watcher, after)
+            last = await self._replay(session, watcher, after, stream)
             held = stream.holding.pop(watcher, None)
             if held is None:  # it was dropped meanwhile (too slow, gone, or the session deleted)
                 return last
@@ -313,16 +317,21 @@ class ChatStreams:
             if stream.idle:
                 self._drop(stream)
 
-    async def _replay(self, session: Session, watcher: Watcher, after: int) -> int:
+    async def _replay(self, session: Session, watcher: Watcher, after: int, stream: _Stream) -> int:
         start = await origin(self.manager.store, session.id, after)
         runs = RunBook.of_session(session)
         projector = self.projector(session.id, runs, live=False, skip_through=after)
 
         async def sink(frames: list[Frame]) -> None:
             for i in range(0, len(frames), _REPLAY_BATCH):
+                if watcher not in stream.holding:  # unwatched meanwhile (revoked, gone, too slow)
+                    raise _Unwatched
                 await watcher.replay([(seq, data.decode()) for seq, data in frames[i : i + _REPLAY_BATCH]])
 
-        await feed_stored(self.manager, session.id, projector, start, live=session, sink=sink, runs=runs)
+        try:
+            await feed_stored(self.manager, session.id, projector, start, live=session, sink=sink, runs=runs)
+        except _Unwatched:
+            pass
         return projector.sequence
 
     def unwatch(self, session_id: str, watcher: Watcher) -> None:

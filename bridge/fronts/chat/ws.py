@@ -114,7 +114,10 @@ class WsFront:
     def _revoke(self, refusals: BaseException) -> None:
         assert isinstance(refusals, Refusals)
         for (conn, session_id), refusal in refusals.refused:
-            conn.revoked(session_id, refusal)
+            try:
+                conn.revoked(session_id, refusal)
+            except Exception:  # our bug: the others are still revoked
+                log.exception("/ws: subscription to %s could not be revoked", session_id)
 
     async def _ping_quiet(self, interval: float) -> None:
         """One task pings every socket whose client sent nothing for a whole interval

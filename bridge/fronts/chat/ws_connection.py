@@ -89,6 +89,10 @@ class _RateLimited(PeerError):
     pass
 
 
+class _Ended(Exception):
+    """A subscription that ended as it was made; its client was told why already."""
+
+
 def _code(exc: BaseException) -> str:
     if isinstance(exc, _RateLimited):
         return "rate_limited"
@@ -391,6 +395,8 @@ class WsConnection:
                 raise InvalidParams(f"{frame.event}: {exc}") from exc
             session_id = getattr(params, "session_id", None)
             await self._dispatch(frame.event, params, frame.data)
+        except _Ended:
+            pass  # its end was said as it happened
         except PeerError as exc:
             log.warning("chat client error from %s: %s", self.peer, exc.message)
             self._error(exc, session_id)
@@ -430,6 +436,10 @@ class WsConnection:
         except BaseException:
             self.subs.pop(session_id, None)
             raise
+        if self.subs.get(session_id) is not session:
+            # Ended while it replayed (a reload's rules refused it, the session went):
+            # that was said, and it is not subscribed.
+            raise _Ended
         if ack and self.close_code is None:
             self._put(
                 encode_frame("session:subscribed", chat.Subscribed(session_id=session_id, sequence=sequence)).decode()
