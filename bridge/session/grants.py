@@ -10,10 +10,10 @@ allowed), and a `revoke`, which ends that thing in its protocol's way with that 
 against the new configuration before it returns, so no event of a turn reaches a caller
 the new rules refuse once the reload is applied: a stream stops what it was replaying
 when it is revoked, and one being opened as the reload came is checked as it is held
-(bridge/fronts/owners.py `hold`). Both run synchronously and must not
-block; one that raises is our bug: logged, its grant dropped (a view's is kept, for the
-next reload), the others still run (STYLE.md rule 17). Holding and releasing a grant is a dict operation: a stream pays
-nothing per event for it.
+(bridge/fronts/owners.py `hold`). Both run synchronously and must not block; one that
+raises is our bug: logged, its grant dropped (a view's is kept, for the next reload),
+the others still run (STYLE.md rule 17). Holding and releasing a grant is a dict
+operation: a stream pays nothing per event for it.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class ChangeFeed:
 
 
 class _ViewChanged(Exception):
-    pass
+    """A reload changed what the caller may list."""
 
 
 class _View:
