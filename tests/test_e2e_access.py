@@ -162,6 +162,20 @@ async def test_one_identity_cannot_reach_anothers_sessions_on_any_front_and_a_gr
             theirs = await tool(carol, session_id=msid)
             assert theirs.is_error and "unknown session" in theirs.content[0].text, theirs
             assert not (await tool(bob, session_id=msid)).is_error
+            # An MCP session is its opener's: another caller holding its id is told it does not exist.
+            mcp_h = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                r = await h.post("/mcp", json=init, headers={**mcp_h, "Authorization": f"Bearer {alice}"})
+                opened = {**mcp_h, "Mcp-Session-Id": r.headers["mcp-session-id"]}
+                listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+                r = await h.post("/mcp", json=listing, headers={**opened, "Authorization": f"Bearer {carol}"})
+                assert r.status_code == 404 and "Session not found" in r.text, r.text
+                r = await h.get("/mcp", headers={**opened, "Authorization": f"Bearer {carol}", "Last-Event-ID": "1"})
+                assert r.status_code == 404, r.text
+                r = await h.post("/mcp", json=listing, headers={**opened, "Authorization": f"Bearer {alice}"})
+                assert r.status_code == 200 and "team" in r.text, r.text
 
             # -- ACP over the unix socket: owned by the Unix user of `agent-bridge acp --connect`.
             exe = Path(sys.executable).with_name("agent-bridge")

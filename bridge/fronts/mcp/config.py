@@ -35,6 +35,9 @@ class McpFrontConfig(ConfigStruct):
     # A session's newest events kept for a client whose stream was cut to resume from
     # (`Last-Event-ID`, bridge/fronts/mcp/resume.py); 0: streams are not resumable.
     resume_events: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
+    # ... and at most this many bytes of them (as JSON) a session; all sessions together
+    # keep at most 64 times this.
+    resume_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
 
     @property
     def token_required(self) -> bool:

@@ -23,7 +23,11 @@ The SDK's `StreamableHTTPSessionManager` serves the endpoint (POST, GET, DELETE,
   the route's limits).
 - Resumption: each session keeps its newest `[mcp] resume_events` events, so a client
   whose stream (a call's, or the GET one) was cut resumes it with `Last-Event-ID`
-  (bridge/fronts/mcp/resume.py).
+  (bridge/fronts/mcp/resume.py); an id not kept is 410. While stopping, a call's stream
+  still resumes (its turn is drained); the notification stream does not.
+- Owner: a session is the caller's that opened it (the identity key noted from the
+  `Mcp-Session-Id` of its initialize answer); a request naming it with another identity
+  is 404, as the SDK answers an unknown session.
 - Shutdown: once the daemon stops accepting (SIGTERM), the standalone GET streams are
   closed and new ones refused, so an idle client's notification stream does not hold
   the listener until its graceful timeout; calls in progress finish (their turns are
@@ -56,6 +60,7 @@ __all__ = ["McpHttp", "register"]
 log = logging.getLogger("bridge.fronts.mcp.front")
 
 _READY_WAIT_S = 30.0
+_CLOSE_AGAIN_S = 0.1  # how often a stream to close is closed again, while it may still register
 
 
 def register(app: HttpApp, config: Config, manager: SessionManager) -> McpHttp:
@@ -87,6 +92,9 @@ class McpHttp:
             log.error("%s names a token for /mcp but gives none: every MCP client is refused", where)
         self._sm: Any = None
         self._resume_events = cfg.resume_events
+        self._max_sessions = cfg.max_sessions
+        self._get_key = "_GET_stream"  # the SDK's name of the notification stream (its GET_STREAM_KEY, read at start)
+        self._owners: dict[str, str] = {}  # MCP session id → the identity key of the caller that opened it
         self._ids = IdGate(config.server.max_body_bytes)
         self._ready = trio.Event()
         self._stopping = False
@@ -97,16 +105,20 @@ class McpHttp:
         try:
             mcp = await load_module("bridge.fronts.mcp.front")
             resume = await load_module("bridge.fronts.mcp.resume")
+            from mcp.server.streamable_http import GET_STREAM_KEY
             from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
             from mcp.server.transport_security import TransportSecuritySettings
         except ImportError as exc:
             log.error("the MCP front cannot start: %s (pip install mcp)", exc)
             self._ready.set()
             return
+        self._get_key = GET_STREAM_KEY
         front = mcp.McpFront(self.config, self.manager)
         cfg = self.config.section(McpFrontConfig)
         kept = cfg.resume_events
-        manager_class = resume.scoped_manager(StreamableHTTPSessionManager, kept) if kept else StreamableHTTPSessionManager
+        manager_class = (
+            resume.scoped_manager(StreamableHTTPSessionManager, kept, cfg.resume_bytes) if kept else StreamableHTTPSessionManager
+        )
         sm = manager_class(
             app=front.server,
             event_store=resume.Nothing() if kept else None,  # each session gets its own (resume.py)
@@ -130,9 +142,13 @@ class McpHttp:
     async def _close_streams_on_stop(self, sm: Any) -> None:
         await self.manager.stopping.wait()
         self._stopping = True
-        # The SDK keeps its sessions' transports privately; each may hold an open GET stream.
-        for transport in list(getattr(sm, "_server_instances", {}).values()):
-            transport.close_standalone_sse_stream()
+        # The SDK keeps its sessions' transports privately; each may hold an open GET
+        # stream. Again until the front ends: one resumed as the stop came registers only
+        # once its replay is written.
+        while True:
+            for transport in list(getattr(sm, "_server_instances", {}).values()):
+                transport.close_standalone_sse_stream()
+            await trio.sleep(_CLOSE_AGAIN_S)
 
     # -- requests -----------------------------------------------------------------------
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
@@ -147,52 +163,81 @@ class McpHttp:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any, params: dict[str, str]) -> None:
         refusal = self._refusal(scope)
-        if refusal is None and self._stopping and scope["method"] == "GET":
-            refusal = 503, "the bridge is shutting down"
         if refusal is None and self._sm is None:
             with trio.move_on_after(_READY_WAIT_S):
                 await self._ready.wait()
             if self._sm is None:
                 refusal = 503, "the MCP front is not available (see the daemon's log)"
+        who = of_scope(scope)
+        session = header(scope, "mcp-session-id")
+        if refusal is None and session is not None and self._owners.get(session, who.key) != who.key:
+            refusal = 404, "Session not found"  # another caller's session: as the SDK says of an unknown one
+        stream = None  # the stream a GET resumes (its Last-Event-ID's), or the notification stream
         if refusal is None and scope["method"] == "GET":
-            refusal = self._cannot_resume(scope)
+            stream, refusal = self._resumes(scope, session)
+            if refusal is None and self._stopping and stream == self._get_key:
+                refusal = 503, "the bridge is shutting down"  # a call's stream still resumes: its turn is drained
         if refusal is not None:
             status, message = refusal
             log.warning("MCP %s /mcp refused (%d): %s", scope["method"], status, message)
             await _refuse(send, status, message)
             return
         sm = self._sm
-        who = of_scope(scope)
+        if session is None and scope["method"] == "POST":
+            send = self._owned_by(who, send)
 
         async def handle(replay: Any) -> None:
-            if who.expires_at is None or scope["method"] != "GET":
+            if who.expires_at is None or scope["method"] != "GET" or session is None:
                 await sm.handle_request(scope, replay, _shielded(send))
                 return
-            await self._serve_until_expiry(sm, scope, replay, send, who)
+            await self._serve_until_expiry(sm, scope, replay, send, who, session, stream)
 
         # A request reusing an id in flight in its session waits for it (bridge/fronts/mcp/ids.py).
         await self._ids.serve(scope, receive, handle)
 
-    def _cannot_resume(self, scope: Scope) -> tuple[int, str] | None:
-        """A GET with a `Last-Event-ID` its session does not keep (older than its newest
-        `[mcp] resume_events`, or never its): 410, so the client stops trying (an empty
-        stream would have it reconnect for ever) and its caller hears the call is lost."""
-        last, session = header(scope, "last-event-id"), header(scope, "mcp-session-id")
+    def _resumes(self, scope: Scope, session: str | None) -> tuple[str | None, tuple[int, str] | None]:
+        """A GET's stream: the one its `Last-Event-ID` names, else the notification
+        stream. An id its session does not keep (too old, or never its) is refused
+        with 410, so the client stops trying (an empty stream would have it reconnect
+        for ever) and a call's caller hears it is lost."""
+        last = header(scope, "last-event-id")
         if last is None or session is None:
-            return None
+            return self._get_key, None
         transport = getattr(self._sm, "_server_instances", {}).get(session)  # the SDK's, private (as below)
         if transport is None:
-            return None  # the SDK answers an unknown session (404)
-        store = getattr(transport, "_event_store", None)
-        knows = getattr(store, "knows", None)
-        if knows is not None and knows(last):
-            return None
-        return 410, f"cannot resume after event {last[:32]!r}: this session keeps only its newest {self._resume_events} events"
+            return self._get_key, None  # the SDK answers an unknown session (404)
+        stream_of = getattr(getattr(transport, "_event_store", None), "stream_of", None)
+        stream = stream_of(last) if stream_of is not None else None
+        if stream is None:
+            kept = f"this session keeps only its newest {self._resume_events} events" if self._resume_events else "no events are kept"
+            return None, (410, f"cannot resume after event {last[:32]!r}: {kept}")
+        return stream, None
 
-    async def _serve_until_expiry(self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity) -> None:
-        """`sm.handle_request` of a GET, its SSE stream closed by the SDK if it is still open
-        when `who`'s token expires (the module's docstring says why that way)."""
-        session = header(scope, "mcp-session-id")
+    def _owned_by(self, who: Identity, send: Any) -> Any:
+        """`send` of a POST without a session, noting whose the session it opens is: that
+        caller's alone from then on (the SDK does not tie a session to a caller)."""
+
+        async def noting(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                for k, v in message.get("headers", ()):
+                    if k.lower() == b"mcp-session-id":
+                        self._owners[v.decode("latin-1")] = who.key
+                        self._prune_owners()
+            await send(message)
+
+        return noting
+
+    def _prune_owners(self) -> None:
+        if len(self._owners) > 2 * self._max_sessions:  # sessions ended since: forget them
+            live = getattr(self._sm, "_server_instances", {})
+            self._owners = {k: v for k, v in self._owners.items() if k in live}
+
+    async def _serve_until_expiry(
+        self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity, session: str, stream: str | None
+    ) -> None:
+        """`sm.handle_request` of a GET, its SSE stream (the notification stream, or the
+        one it resumes) closed by the SDK if it is still open when `who`'s token expires
+        (the module's docstring says why that way)."""
         sse = trio.Event()
         inner = _shielded(send)
 
@@ -204,23 +249,27 @@ class McpHttp:
                 sse.set()
 
         async with trio.open_nursery() as nursery:
-            if session is not None:
-                nursery.start_soon(self._close_at_expiry, sm, session, who, sse)
+            nursery.start_soon(self._close_at_expiry, sm, session, stream or self._get_key, who, sse)
             await sm.handle_request(scope, receive, watched)
             nursery.cancel_scope.cancel()
 
-    async def _close_at_expiry(self, sm: Any, session: str, who: Identity, sse: trio.Event) -> None:
+    async def _close_at_expiry(self, sm: Any, session: str, stream: str, who: Identity, sse: trio.Event) -> None:
         await sse.wait()
         await expiry(who)
-        transport = getattr(sm, "_server_instances", {}).get(session)  # kept privately by the SDK, as above
-        if transport is None:
-            return  # the session is gone, and its streams with it
-        try:
-            transport.close_standalone_sse_stream()
-        except Exception:  # the SDK's, or an SDK without it: this stream stays, nothing else is touched
-            log.exception("MCP session %s: the GET stream of %s could not be closed at its token's expiry", session, who.subject)
-            return
-        log.info("MCP session %s: the GET stream of %s closed as its token expired", session, who.subject)
+        said = False
+        while True:  # until this request ends: a resumed stream registers once its replay is written
+            transport = getattr(sm, "_server_instances", {}).get(session)  # kept privately by the SDK, as above
+            if transport is None:
+                return  # the session is gone, and its streams with it
+            try:
+                transport.close_sse_stream(stream)
+            except Exception:  # the SDK's, or an SDK without it: this stream stays, nothing else is touched
+                log.exception("MCP session %s: a GET stream of %s could not be closed at its token's expiry", session, who.subject)
+                return
+            if not said:
+                said = True
+                log.info("MCP session %s: the GET stream of %s closed as its token expired", session, who.subject)
+            await trio.sleep(_CLOSE_AGAIN_S)
 
 
 def _is_sse(start: Any) -> bool:
