@@ -142,7 +142,9 @@ async def test_bytes_are_bounded_per_session_and_together_and_a_dropped_event_re
     first = await store.store_event("1", _msg("x" * 100))
     await store.store_event("1", _msg("y" * 5000))  # over the session's bytes: not kept
     assert store._bytes <= 2000 and budget.used == store._bytes
+    assert not store.knows(first)  # refused (410) before a replay is tried
     assert await _replay(store, first) == (None, [])  # a gap is refused, not replayed around
+    assert len(store._events) == 3  # nothing was let go for the event that could not be kept
     other, _ = _store(max_bytes=2000, budget=budget)
     for i in range(40):
         await other.store_event("1", _msg("z" * 100))

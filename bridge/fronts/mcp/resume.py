@@ -128,11 +128,13 @@ class SessionEvents(EventStore):
         if message is not None:
             data = message.model_dump_json(by_alias=True, exclude_unset=True)  # as the SDK writes it
             size = len(data)
+        fits = size <= self._max_bytes  # else it is not kept, and nothing is let go for it
         while self._events and (
-            len(self._events) >= self._limit or self._bytes + size > self._max_bytes or self._budget.used + size > self._budget.cap
+            len(self._events) >= self._limit
+            or (fits and (self._bytes + size > self._max_bytes or self._budget.used + size > self._budget.cap))
         ):
             self._forget_oldest()
-        if size > self._max_bytes or self._budget.used + size > self._budget.cap:
+        if not fits or self._budget.used + size > self._budget.cap:
             if not self._warned:  # once a session: a client may make many
                 self._warned = True
                 log.warning("MCP: an event of %d bytes is not kept to resume from (over [mcp] resume_bytes, or all "
@@ -150,9 +152,9 @@ class SessionEvents(EventStore):
 
     # -- resuming ----------------------------------------------------------------------------
     def knows(self, last_event_id: str) -> bool:
-        """Whether a replay after `last_event_id` can start: one of the events kept, or
-        the newest of its stream."""
-        return self._find(last_event_id) is not None
+        """Whether a replay after `last_event_id` can be whole: one of the events kept (or
+        the newest of its stream), with none of its stream's later events left out."""
+        return self.stream_of(last_event_id) is not None
 
     def _find(self, last_event_id: str) -> tuple[int, StreamId, int] | None:
         if not (0 < len(last_event_id) <= _MAX_ID_CHARS and last_event_id.isascii() and last_event_id.isdigit()):
@@ -198,9 +200,14 @@ class SessionEvents(EventStore):
         return stream
 
     def stream_of(self, last_event_id: str) -> StreamId | None:
-        """The stream a `Last-Event-ID` resumes, if it is kept."""
+        """The stream a `Last-Event-ID` resumes, if a replay after it can be whole."""
         found = self._find(last_event_id)
-        return found[1] if found is not None else None
+        if found is None:
+            return None
+        after, stream, run = found
+        if any(n > after and s == stream and r == run and data is _DROPPED for n, s, r, data in self._events):
+            return None  # one of what it missed was not kept
+        return stream
 
     async def _registered(self, stream_id: StreamId, until: float) -> None:
         transport = self._transport()
