@@ -150,7 +150,7 @@ async def test_a2a_through_b_reaches_the_tasks_that_run_on_a() -> None:
             sse = SseClient()
             req = s.SubscribeToTaskRequest(id=tid)
             encoder = EventEncoder(Dialect.V1_0, Binding.JSONRPC, b"7")
-            stream = await front_b._open_stream("demo", CONFIG.routes["demo"], {}, "subscribe", req, encoder)
+            stream, _ = await front_b._open_stream("demo", CONFIG.routes["demo"], {}, "subscribe", req, encoder)
             nursery.start_soon(lambda: stream.run(sse.send, sse.receive, heartbeat_s=60))
 
             # (b) The answer through B reaches the question open on A.
