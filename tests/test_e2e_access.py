@@ -604,3 +604,56 @@ async def test_a_reload_that_takes_access_away_ends_what_was_opened_with_it_on_e
                 assert "a stream of bob ended: the reloaded access rules refuse it the task" in d.log_text()
     finally:
         notify.close()
+
+
+async def test_a_send_that_fails_leaves_no_subscription_to_a_session_one_may_not_watch(
+    bridge_exe: list[str], clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """/ws subscribes the sender of a `chat:send` to hear its run. A made-up answer from a
+    caller who may only answer, or a prompt into a busy session from one who may only
+    use it, sends nothing: neither may watch the session through it."""
+    qa = '[{ claim = "groups", contains = "qa" }]'
+    dev = '[{ claim = "groups", contains = "dev" }]'
+    config = f"""
+[server]
+listen = "127.0.0.1:0"
+[daemon]
+acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
+[routes.team]
+back = {{ kind = "demo", chunk_delay_s = 0.02, slow_duration_s = 60 }}
+[routes.team.access]
+answer = {qa}
+use = {dev}
+"""
+    with running_issuer() as issuer, trio.fail_after(CEILING_S):
+        async with start_daemon(bridge_exe, tmp_path, clean_env, config + issuer_toml(issuer)) as d:
+            alice = _h(issuer.mint("alice"))
+            async with httpx.AsyncClient(base_url=d.url, timeout=20) as h:
+                sid = (await h.post("/api/sessions", json={"route": "team"}, headers=alice)).json()["session_id"]
+                assert (await h.post(f"/api/sessions/{sid}/prompt", json={"text": "slow: busy"}, headers=alice)).status_code == 202
+                url = d.url.replace("http://", "ws://") + "/ws"
+                async with h.stream("GET", f"/api/sessions/{sid}/events", headers=alice) as resp:
+                    mine = Sse(resp)
+                    await mine.until(lambda e: e.event == "caught_up")
+                    for who, send in (
+                        ("carol", {"session_id": sid, "askuser_answer": {"tool_call_id": "made-up", "answers": {"q": "yes"}}}),
+                        ("dan", {"session_id": sid, "message": "me too"}),
+                    ):
+                        token = issuer.mint(who, groups=["qa" if who == "carol" else "dev"])
+                        async with open_websocket_url(url, extra_headers=[("Authorization", f"Bearer {token}")]) as ws:
+                            await ws.send_message(json.dumps({"event": "chat:send", "data": send}))
+                            first = json.loads(await ws.get_message())
+                            while first["event"] == "session:commands":  # said as it subscribed, before the send failed
+                                first = json.loads(await ws.get_message())
+                            assert first["event"] == "system:error", (who, first)
+                            # alice's run goes on: a chunk after the failed send reaches every
+                            # watcher at once, so one of this socket would come before the
+                            # answer to the frame sent next.
+                            await mine.until(lambda e: e.event == "message_chunk")
+                            await ws.send_message(json.dumps({"event": "no:such"}))
+                            frames = [json.loads(await ws.get_message())]
+                            while frames[-1]["event"] != "system:error":
+                                frames.append(json.loads(await ws.get_message()))
+                            assert [f["event"] for f in frames] == ["system:error"], (who, frames)
+                            assert frames[-1]["data"]["code"] == "unknown_event", frames
+                assert (await h.post(f"/api/sessions/{sid}/cancel", json={}, headers=alice)).json() == {"cancelled": True}

@@ -451,8 +451,22 @@ class WsConnection:
     async def _send(self, p: chat.SendMessage, raw: Any) -> None:
         action: Action = "answer" if p.askuser_answer is not None else "use"
         session = await owners.get_checked(self.front.manager, p.session_id, self.identity, action)
-        if self.subs.get(p.session_id) is not session:  # the sender hears its run
-            session = await self._subscribe(p.session_id, None, ack=False, action=action)
+        if self.subs.get(p.session_id) is session:
+            await self._send_to(session, p, raw)
+            return
+        # The sender hears its run: subscribed first (an answer finds its question in the
+        # stream), and no longer if nothing was sent, so a send that fails (a made-up
+        # answer, a busy session) is no way to watch a session one may only use or answer.
+        session = await self._subscribe(p.session_id, None, ack=False, action=action)
+        try:
+            await self._send_to(session, p, raw)
+        except BaseException:
+            if self.subs.get(p.session_id) is session:
+                del self.subs[p.session_id]
+                self.front.streams.unwatch(p.session_id, self)
+            raise
+
+    async def _send_to(self, session: Any, p: chat.SendMessage, raw: Any) -> None:
         if p.askuser_answer is not None:
             await self._answer(session, p.askuser_answer)
             return
