@@ -10,6 +10,7 @@ store (bridge/fronts/mcp/resume.py) replays what it missed. Another session's
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from typing import Any
@@ -39,25 +40,29 @@ class CuttingProxy:
         return listeners[0].socket.getsockname()[1]
 
     async def _handle(self, client: trio.SocketStream) -> None:
-        async with client, await trio.open_tcp_stream("127.0.0.1", self.port) as daemon:
-            async with trio.open_nursery() as nursery:
+        # A side that resets or closes ends the connection, as on a real network.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            async with client, await trio.open_tcp_stream("127.0.0.1", self.port) as daemon:
+                async with trio.open_nursery() as nursery:
 
-                async def up() -> None:
-                    while data := await client.receive_some(65536):
-                        self.heads.append(data.split(b"\r\n\r\n", 1)[0].lower())
-                        await daemon.send_all(data)
-                    nursery.cancel_scope.cancel()
+                    async def up() -> None:
+                        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                            while data := await client.receive_some(65536):
+                                self.heads.append(data.split(b"\r\n\r\n", 1)[0].lower())
+                                await daemon.send_all(data)
+                        nursery.cancel_scope.cancel()
 
-                async def down() -> None:
-                    while data := await daemon.receive_some(65536):
-                        await client.send_all(data)
-                        if not self.cut.is_set() and b"notifications/progress" in data:
-                            self.cut.set()
-                            break  # both sockets close: the call's stream is cut mid-turn
-                    nursery.cancel_scope.cancel()
+                    async def down() -> None:
+                        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                            while data := await daemon.receive_some(65536):
+                                await client.send_all(data)
+                                if not self.cut.is_set() and b"notifications/progress" in data:
+                                    self.cut.set()
+                                    break  # both sockets close: the call's stream is cut mid-turn
+                        nursery.cancel_scope.cancel()
 
-                nursery.start_soon(up)
-                nursery.start_soon(down)
+                    nursery.start_soon(up)
+                    nursery.start_soon(down)
 
 
 async def test_a_cut_tool_call_resumes_to_its_answer_and_no_session_reads_anothers(
