@@ -80,14 +80,14 @@ def backs(name: str, route: Route) -> Any:
 
 
 @asynccontextmanager
-async def service(store: MemoryStore) -> AsyncIterator[TaskService]:
+async def service(store: MemoryStore, config: Any = CONFIG) -> AsyncIterator[TaskService]:
     """A daemon's A2A tasks over `store`; leaving it stops them all (a restart, with the next one)."""
     await store.open()
-    manager = SessionManager(CONFIG, store, backs)
+    manager = SessionManager(config, store, backs)
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
-        tasks = TaskService(CONFIG.section(A2AFrontConfig), manager)
-        PushService(CONFIG.section(A2AFrontConfig), tasks)
+        tasks = TaskService(config.section(A2AFrontConfig), manager)
+        PushService(config.section(A2AFrontConfig), tasks)
         yield tasks
         nursery.cancel_scope.cancel()
 
@@ -296,3 +296,51 @@ def test_a_task_row_that_does_not_decode_reads_as_empty_and_is_written_back_as_s
     projector.feed_canceled(2.0)
     row = Kept(record, task, projector, writable=False).row()
     assert row.data == bad and (row.state, row.status_ts) == (_S.CANCELED, 2.0)
+
+
+def _ruled(*, ops: bool) -> Any:
+    rules = {"watch": [{"claim": "groups", "contains": "ops"}], "use": [{"claim": "groups", "contains": "ops"}]} if ops else {}
+    return parse_config({
+        "default_route": "asking", "a2a": {"push_allowed_hosts": ["127.0.0.1"]},
+        "routes": {"asking": {"back": {"kind": "demo"}, "access": rules}},
+    })  # fmt: skip
+
+
+async def test_a_webhook_is_not_notified_once_the_rules_refuse_who_set_it() -> None:
+    """A push config keeps who set it; after a reload whose rules refuse that caller the
+    task, its webhook hears no more (the task goes on)."""
+    from bridge.core.identity import Identity
+    from bridge.fronts import owners
+
+    alice = Identity(subject="alice", via="jwt", issuer="i", claims={})
+    bob = Identity(subject="bob", via="jwt", issuer="i", claims={"groups": ["ops"]}, expires_at=2e9)
+    with trio.fail_after(30):
+        async with service(MemoryStore(), _ruled(ops=True)) as tasks:
+            posted: list[bytes] = []
+
+            async def post(hook: Any, body: bytes) -> str | None:
+                posted.append(body)
+                return None
+
+            tasks.push._post = post  # type: ignore[method-assign]
+
+            async def say(text: str, task_id: str | None = None) -> TaskProjector:
+                msg = s.Message(message_id=f"m-{next(_ids)}", role=s.ROLE_USER, parts=[s.Part(text=text)], task_id=task_id)
+                live = await tasks.send("asking", s.SendMessageRequest(message=msg), owner=owners.owned_by(alice), identity=alice)
+                await live.wait_stopped()
+                return live.projector
+
+            task = await say("which?")
+            hook = s.TaskPushNotificationConfig(task_id=task.task_id, url="http://127.0.0.1:9/hook", id="bobs")
+            await tasks.push.create("asking", hook, dialect="1.0", creator=bob)
+            kept = (await tasks.kept("asking", task.task_id)).task.push[0]
+            assert kept.creator is not None and kept.creator.subject == "bob" and kept.creator.expires_at is None
+            assert (await say("and now?", task.task_id)).state == _S.INPUT_REQUIRED
+            await tasks.push.finish()
+            heard = len(posted)
+            assert heard >= 1  # bob may follow alice's task: his webhook hears it
+
+            tasks.manager.reconfigure(_ruled(ops=False))  # SIGHUP: ops may no longer
+            assert (await say("done", task.task_id)).state == _S.COMPLETED
+            await tasks.push.finish()
+            assert len(posted) == heard  # the task went on; bob's webhook heard nothing of it

@@ -339,7 +339,7 @@ class A2AFront:
         if op == "cancel":
             return (await self.tasks.cancel(name, req.id)).snapshot()
         if op == "create_push_config":
-            return await self.push.create(name, req, dialect=dialect.value)
+            return await self.push.create(name, req, dialect=dialect.value, creator=of_scope(scope))
         if op == "get_push_config":
             return await self.push.get(name, req.task_id, req.id)
         if op == "list_push_configs":

@@ -20,6 +20,11 @@ arrived. When the daemon stops, what is queued (the final CANCELED of the turns 
 stop cancelled among it) is delivered within `[server] graceful_timeout_s` before
 the daemon exits (`finish`); what is still queued then is lost, with a warning.
 
+Who: a config keeps the identity of the caller who set it (as its credential said then),
+and each change is POSTed only while the route's rules, as they are now (a reload may
+have changed them), let that caller watch or use the task; otherwise it is skipped,
+with one warning. A config made before creators were kept is not checked.
+
 Where notifications may go: only to hosts in `[a2a] push_allowed_hosts`, checked
 when a config is made and again before each POST, with redirects not followed,
 so the daemon cannot be made to call arbitrary hosts (SSRF). URLs with user
@@ -42,7 +47,9 @@ from bridge.codecs.a2a_v03_server import lower_task_v03 as lower_task_rpc
 from bridge.codecs.a2a_server import A2AFault
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.fronts.a2a.config import A2AFrontConfig
+from bridge.core.identity import Identity
 from bridge.errors import InvalidParams, NotFound
+from bridge.fronts import owners
 from bridge.fronts.a2a.state import A2APushConfig, Kept
 from bridge.fronts.a2a.tasks import TaskService
 from bridge.schema import a2a as s
@@ -53,6 +60,7 @@ log = logging.getLogger("bridge.fronts.a2a.front")
 
 _enc = msgspec.json.Encoder()
 _RETRY = {408, 425, 429}
+_MAX_SILENCED = 1024  # webhooks whose refusal was logged (once each)
 
 
 def host_allowed(url: str, allowed: list[str]) -> bool:
@@ -116,6 +124,7 @@ class PushService:
         self.cfg = cfg
         self.tasks = tasks
         self._hooks: dict[tuple[str, str], _Hook] = {}
+        self._silenced: dict[tuple[str, str], None] = {}  # (task, config) refused, said once
         self._quiet = trio.Event()  # set while nothing is queued
         self._quiet.set()
         self._client: Any = None
@@ -162,14 +171,16 @@ class PushService:
         session.stage_task(kept.row())
         await session.save_record()
 
-    async def create(self, route: str, config: s.TaskPushNotificationConfig, *, dialect: str) -> s.TaskPushNotificationConfig:
+    async def create(
+        self, route: str, config: s.TaskPushNotificationConfig, *, dialect: str, creator: Identity | None = None
+    ) -> s.TaskPushNotificationConfig:
         self.check(config)
         kept = await self._task(route, config.task_id)
-        stored = self.register(kept, config, dialect=dialect)
+        stored = self.register(kept, config, dialect=dialect, creator=creator)
         await self._save(kept)
         return _config(config.task_id, stored)
 
-    def register(self, kept: Kept, config: s.TaskPushNotificationConfig, *, dialect: str) -> A2APushConfig:
+    def register(self, kept: Kept, config: s.TaskPushNotificationConfig, *, dialect: str, creator: Identity | None = None) -> A2APushConfig:
         """Keep a (checked) config with its task (the caller writes its row); the next state change is POSTed."""
         configs = kept.task.push
         cid = config.id or uuid.uuid4().hex
@@ -184,6 +195,7 @@ class PushService:
             token=config.token or None,
             scheme=auth.scheme if auth is not None else None,
             credentials=(auth.credentials or None) if auth is not None else None,
+            creator=msgspec.structs.replace(creator, expires_at=None) if creator is not None else None,
         )
         configs.append(stored)
         return stored
@@ -223,7 +235,11 @@ class PushService:
 
     def _send(self, session: Any, projector: TaskProjector, event: s.StreamResponse, configs: list[A2APushConfig]) -> None:
         bodies: dict[str, bytes] = {}
+        config = self.tasks.manager.config
         for c in configs:
+            if c.creator is not None and owners.refusal(config, session.record, c.creator, "watch", "use") is not None:
+                self._refused(projector.task_id, c)  # the rules now refuse its creator: nothing is sent
+                continue
             dialect = c.dialect
             body = bodies.get(dialect)
             if body is None:
@@ -282,6 +298,17 @@ class PushService:
                 self._hooks.pop(key, None)
                 if not self._hooks:
                     self._quiet.set()
+
+    def _refused(self, task_id: str, c: A2APushConfig) -> None:
+        key = (task_id, c.id)
+        if key in self._silenced:
+            return
+        self._silenced[key] = None
+        if len(self._silenced) > _MAX_SILENCED:
+            del self._silenced[next(iter(self._silenced))]
+        assert c.creator is not None
+        log.warning("task %s: webhook %s not notified: the route's access rules no longer let %s, who set it, follow the task",
+                    task_id, _origin(c.url), c.creator.subject)  # fmt: skip
 
     async def _post(self, hook: _Hook, body: bytes) -> str | None:
         """None when delivered; else why not ("final: ..." when a retry cannot help)."""

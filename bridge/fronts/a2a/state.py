@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import msgspec
 
+from bridge.core.identity import Identity
 from bridge.codecs.a2a_task import TaskProjector
 from bridge.schema import a2a as s
 from bridge.session import FrontState
@@ -64,6 +65,10 @@ class A2APushConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     token: str | None = None
     scheme: str | None = None
     credentials: str | None = None
+    # Who set it, as its credential said then (subject, issuer, claims): each notification
+    # is checked against the route's rules as they are now (bridge/fronts/a2a/push.py).
+    # None: made before creators were kept, or with no caller to name.
+    creator: Identity | None = None
 
     # `token` and `credentials` are the receiver's secrets: no repr shows them (STYLE.md rule 21).
     def __repr__(self) -> str:

@@ -152,14 +152,14 @@ class TaskService:
         projector = TaskProjector(turn.turn_id, context_id, message_ids=task.mids, refs=refs or None, quoted=len(quoted), sent=task.sent)
         kept = Kept(record, task, projector)
         kept.keep_sent(turn.turn_id, msg)
-        self._with_push(kept, push, dialect)
+        self._with_push(kept, push, dialect, identity)
         return self._run(session, kept, turn, content)  # its TurnStarted makes it WORKING: its row is staged then
 
-    def _with_push(self, kept: Kept, push: s.TaskPushNotificationConfig | None, dialect: str) -> None:
+    def _with_push(self, kept: Kept, push: s.TaskPushNotificationConfig | None, dialect: str, identity: Identity) -> None:
         """A webhook given with the message hears of every state change from the first."""
         if push is not None:
             push.task_id = kept.task_id
-            self.push.register(kept, push, dialect=dialect)
+            self.push.register(kept, push, dialect=dialect, creator=identity)
 
     def _run(self, session: Session, kept: Kept, turn: Any, content: list[ContentBlock]) -> LiveTask:
         live = LiveTask(session, kept, turn, on_state=self._state_changed, on_end=self._ended)
@@ -189,7 +189,7 @@ class TaskService:
                 raise InvalidParams(str(exc)) from exc
             live.kept.task.mids[question.id] = msg.message_id  # its row is staged as it turns WORKING
             live.kept.keep_sent(question.id, msg)
-            self._with_push(live.kept, push, dialect)
+            self._with_push(live.kept, push, dialect, identity)
             await live.session.send_answer(question.id, selected=selected, text=text, values=values)
             await live.wait_answered(question.id)  # the task is WORKING again as SendMessage returns
             return live
@@ -212,7 +212,7 @@ class TaskService:
         if state.held == task_id:
             state.held = None
         self._recent.pop(task_id, None)
-        self._with_push(kept, push, dialect)
+        self._with_push(kept, push, dialect, identity)
         live = self._run(session, kept, turn, content)
         session.stage_task(kept.row())
         await session.save_record()  # the continuation is findable after a crash
