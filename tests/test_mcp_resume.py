@@ -145,10 +145,16 @@ async def test_bytes_are_bounded_per_session_and_together_and_a_dropped_event_re
     assert not store.knows(first)  # refused (410) before a replay is tried
     assert await _replay(store, first) == (None, [])  # a gap is refused, not replayed around
     assert len(store._events) == 3  # nothing was let go for the event that could not be kept
+    await store.store_event("1", None)
+    for i in range(12):  # the first session fills its share, then more: the oldest go
+        await store.store_event("1", _msg(f"a{i}" * 50))
+    assert 1500 < store._bytes <= 2000
     other, _ = _store(max_bytes=2000, budget=budget)
-    for i in range(40):
+    for i in range(12):  # past the shared cap: room is made in the session holding the most
         await other.store_event("1", _msg("z" * 100))
-    assert budget.used <= budget.cap
+    assert budget.used <= budget.cap and budget.used == store._bytes + other._bytes
+    assert all(isinstance(data, str) for _, _, _, data in other._events)  # none of the newcomer's dropped
+    assert store._bytes < 1500  # the one holding the most gave room
     used = budget.used
     del other
     gc.collect()

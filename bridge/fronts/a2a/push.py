@@ -240,6 +240,8 @@ class PushService:
             if c.creator is not None and owners.refusal(config, session.record, c.creator, "watch", "use") is not None:
                 self._refused(projector.task_id, c)  # the rules now refuse its creator: nothing is sent
                 continue
+            if self._silenced:
+                self._silenced.pop((projector.task_id, c.id), None)  # allowed again: a next refusal is said
             dialect = c.dialect
             body = bodies.get(dialect)
             if body is None:

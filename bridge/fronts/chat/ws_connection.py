@@ -457,11 +457,12 @@ class WsConnection:
         # The sender hears its run: subscribed first (an answer finds its question in the
         # stream), and no longer if nothing was sent, so a send that fails (a made-up
         # answer, a busy session) is no way to watch a session one may only use or answer.
+        had = p.session_id in self.subs  # (an older object of the session: the client's own subscription)
         session = await self._subscribe(p.session_id, None, ack=False, action=action)
         try:
             await self._send_to(session, p, raw)
         except BaseException:
-            if self.subs.get(p.session_id) is session:
+            if not had and self.subs.get(p.session_id) is session:
                 del self.subs[p.session_id]
                 self.front.streams.unwatch(p.session_id, self)
             raise

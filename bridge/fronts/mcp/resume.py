@@ -59,12 +59,23 @@ _DROPPED = object()  # an event that did not fit: a replay that needs it refuses
 
 
 class Budget:
-    """The bytes every session's store keeps, together (one per session manager)."""
+    """The bytes every session's store keeps, together (one per session manager). Over
+    it, room is made in the store that holds the most, so no session (nor one caller's
+    many) keeps the others from resuming."""
 
-    __slots__ = ("cap", "used")
+    __slots__ = ("cap", "used", "stores")
 
     def __init__(self, cap: int) -> None:
         self.cap, self.used = cap, 0
+        self.stores: weakref.WeakSet[SessionEvents] = weakref.WeakSet()
+
+    def make_room(self, size: int) -> None:
+        while self.used + size > self.cap:
+            largest = max(self.stores, key=lambda st: st._bytes, default=None)
+            if largest is None or not largest._bytes:
+                return
+            while largest._bytes and self.used + size > self.cap:
+                largest._forget_oldest()
 
 
 class Nothing(EventStore):
@@ -95,6 +106,7 @@ class SessionEvents(EventStore):
         self._transport = weakref.ref(transport)  # to see when a resumed stream is registered
         self._priming_resumed: StreamId | None = None  # the stream whose priming the SDK writes next
         self._resuming: dict[StreamId, float] = {}  # stream → until when its messages wait for it
+        budget.stores.add(self)
 
     def __del__(self) -> None:
         self._budget.used -= self._bytes  # the session is gone: its bytes are free
@@ -126,19 +138,22 @@ class SessionEvents(EventStore):
         data: Any = None
         size = 0
         if message is not None:
-            data = message.model_dump_json(by_alias=True, exclude_unset=True)  # as the SDK writes it
-            size = len(data)
+            try:
+                data = message.model_dump_json(by_alias=True, exclude_unset=True)  # as the SDK writes it
+                size = len(data)
+            except Exception:  # the SDK writes it, or fails, on its own: here it is only not kept
+                log.exception("MCP: an event could not be kept to resume from")
+                data, size = _DROPPED, 1 << 62
         fits = size <= self._max_bytes  # else it is not kept, and nothing is let go for it
-        while self._events and (
-            len(self._events) >= self._limit
-            or (fits and (self._bytes + size > self._max_bytes or self._budget.used + size > self._budget.cap))
-        ):
+        while self._events and (len(self._events) >= self._limit or (fits and self._bytes + size > self._max_bytes)):
             self._forget_oldest()
+        if fits:
+            self._budget.make_room(size)
         if not fits or self._budget.used + size > self._budget.cap:
             if not self._warned:  # once a session: a client may make many
                 self._warned = True
-                log.warning("MCP: an event of %d bytes is not kept to resume from (over [mcp] resume_bytes, or all "
-                            "sessions' share); a stream cut before it cannot resume", size)  # fmt: skip
+                log.warning("MCP: an event of %s bytes is not kept to resume from (over [mcp] resume_bytes, or all "
+                            "sessions' share); a stream cut before it cannot resume", size if fits or size < 1 << 62 else "?")  # fmt: skip
             data, size = _DROPPED, 0  # it does not fit (others hold the rest): said, not skipped
         self._events.append((n, stream_id, run, data))
         self._bytes += size
@@ -161,8 +176,8 @@ class SessionEvents(EventStore):
             return None
         after = int(last_event_id)
         if self._events and self._events[0][0] <= after <= self._events[-1][0]:
-            _, stream, run, _ = self._events[after - self._events[0][0]]  # numbers are consecutive
-            return after, stream, run
+            n, stream, run, _ = self._events[after - self._events[0][0]]  # numbers are consecutive
+            return (after, stream, run) if n == after else None
         stream = self._newest.get(after)
         if stream is None:
             return None
@@ -182,8 +197,9 @@ class SessionEvents(EventStore):
                 if data is _DROPPED:
                     return None  # it was not kept: refuse (410 on the next try), never a gap
                 batch.append((n, data))
-            if self._events and sent + 1 < self._events[0][0] and self._streams.get(stream, [0, 0])[1] > sent:
-                return None  # events of this stream after `sent` were let go while this client read
+            known = self._streams.get(stream)
+            if self._events and sent + 1 < self._events[0][0] and (known is None or known[1] > sent):
+                return None  # events of this stream after `sent` were (or may have been) let go while this client read
             sent = self._count
             if not batch:
                 break

@@ -170,7 +170,7 @@ class McpHttp:
                 refusal = 503, "the MCP front is not available (see the daemon's log)"
         who = of_scope(scope)
         session = header(scope, "mcp-session-id")
-        if refusal is None and session is not None and self._owners.get(session, who.key) != who.key:
+        if refusal is None and session is not None and self._owner(session) not in (who.key, None):
             refusal = 404, "Session not found"  # another caller's session: as the SDK says of an unknown one
         stream = None  # the stream a GET resumes (its Last-Event-ID's), or the notification stream
         if refusal is None and scope["method"] == "GET":
@@ -227,10 +227,22 @@ class McpHttp:
 
         return noting
 
+    def _owner(self, session: str) -> str | None:
+        """Whose the session is; None for one the SDK does not have (it answers 404). A
+        live one nobody is noted for is nobody's to use: "" (fails closed)."""
+        owner = self._owners.get(session)
+        if owner is None and session in getattr(self._sm, "_server_instances", {}):
+            return ""
+        return owner
+
     def _prune_owners(self) -> None:
-        if len(self._owners) > 2 * self._max_sessions:  # sessions ended since: forget them
-            live = getattr(self._sm, "_server_instances", {})
+        if len(self._owners) <= 2 * self._max_sessions:
+            return
+        live = getattr(self._sm, "_server_instances", None)  # the SDK's, private (as above)
+        if isinstance(live, dict):  # sessions ended since: forget them
             self._owners = {k: v for k, v in self._owners.items() if k in live}
+        else:  # an SDK without it: the newest are kept (an older one is, or soon will be, idle-closed)
+            self._owners = dict(list(self._owners.items())[-self._max_sessions :])
 
     async def _serve_until_expiry(
         self, sm: Any, scope: Scope, receive: Any, send: Any, who: Identity, session: str, stream: str | None
@@ -256,19 +268,20 @@ class McpHttp:
     async def _close_at_expiry(self, sm: Any, session: str, stream: str, who: Identity, sse: trio.Event) -> None:
         await sse.wait()
         await expiry(who)
-        said = False
-        while True:  # until this request ends: a resumed stream registers once its replay is written
+        while True:  # until it is registered: a resumed stream registers once its replay is written
             transport = getattr(sm, "_server_instances", {}).get(session)  # kept privately by the SDK, as above
             if transport is None:
                 return  # the session is gone, and its streams with it
-            try:
-                transport.close_sse_stream(stream)
-            except Exception:  # the SDK's, or an SDK without it: this stream stays, nothing else is touched
-                log.exception("MCP session %s: a GET stream of %s could not be closed at its token's expiry", session, who.subject)
-                return
-            if not said:
-                said = True
+            streams = getattr(transport, "_request_streams", None)  # the SDK's, private: a stream's, once registered
+            registered = not isinstance(streams, dict) or stream in streams
+            if registered:
+                try:
+                    transport.close_sse_stream(stream)
+                except Exception:  # the SDK's, or an SDK without it: this stream stays, nothing else is touched
+                    log.exception("MCP session %s: a GET stream of %s could not be closed at its token's expiry", session, who.subject)
+                    return
                 log.info("MCP session %s: the GET stream of %s closed as its token expired", session, who.subject)
+                return  # closed once: a stream opened next (with a fresh token) is not this one
             await trio.sleep(_CLOSE_AGAIN_S)
 
 
