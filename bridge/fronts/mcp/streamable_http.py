@@ -215,7 +215,8 @@ class McpHttp:
 
     def _owned_by(self, who: Identity, send: Any) -> Any:
         """`send` of a POST without a session, noting whose the session it opens is: that
-        caller's alone from then on (the SDK does not tie a session to a caller)."""
+        caller's alone from then on (the SDK ties a session to an ASGI `user`, which the
+        bridge does not set: its callers are `Identity`s, bridge/core/identity.py)."""
 
         async def noting(message: Any) -> None:
             if message["type"] == "http.response.start":
