@@ -63,6 +63,18 @@ def toml(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def toml_head(tmp_path: Path) -> str:
+    """`[server]` and `[daemon]` of a test daemon's TOML, for a config written as text."""
+    return f"""
+[server]
+listen = "127.0.0.1:0"
+graceful_timeout_s = 1
+
+[daemon]
+acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
+"""
+
+
 def demo_route(**back: Any) -> dict[str, Any]:
     return {"back": {"kind": "demo", "chunk_delay_s": 0.0, **back}}
 

@@ -24,7 +24,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from tests.daemon_support import ACP_SDK_CLIENT, Daemon, start_daemon
+from tests.daemon_support import ACP_SDK_CLIENT, Daemon, start_daemon, toml_head
 from tests.test_chat_events_api import Sse
 from tests.issuer_support import issuer_toml, running_issuer
 
@@ -33,14 +33,7 @@ _OPS = '[{ claim = "groups", contains = "ops" }]'
 
 
 def _config(tmp_path: Path, issuer_text: str, extra: str = "") -> str:
-    return f"""
-[server]
-listen = "127.0.0.1:0"
-graceful_timeout_s = 1
-
-[daemon]
-acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
-
+    return toml_head(tmp_path) + f"""
 [routes.team]
 back = {{ kind = "demo", chunk_delay_s = 0 }}
 [routes.team.access]
@@ -503,14 +496,7 @@ def _rules(tmp_path: Path, issuer_text: str, *, ops: bool) -> str:
     answer alice's sessions, and Unix users start sessions; without, neither."""
     others = "".join(f"{k} = {_OPS}\n" for k in ("list", "watch", "use", "answer")) if ops else ""
     unix = ', { claim = "via", equals = "unix" }' if ops else ""
-    return f"""
-[server]
-listen = "127.0.0.1:0"
-graceful_timeout_s = 1
-
-[daemon]
-acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
-
+    return toml_head(tmp_path) + f"""
 [routes.team]
 back = {{ kind = "demo", chunk_delay_s = 0.05, slow_duration_s = 60 }}
 [routes.team.access]
@@ -614,11 +600,7 @@ async def test_a_send_that_fails_leaves_no_subscription_to_a_session_one_may_not
     use it, sends nothing: neither may watch the session through it."""
     qa = '[{ claim = "groups", contains = "qa" }]'
     dev = '[{ claim = "groups", contains = "dev" }]'
-    config = f"""
-[server]
-listen = "127.0.0.1:0"
-[daemon]
-acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
+    config = toml_head(tmp_path) + f"""
 [routes.team]
 back = {{ kind = "demo", chunk_delay_s = 0.02, slow_duration_s = 60 }}
 [routes.team.access]

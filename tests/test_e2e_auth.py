@@ -26,21 +26,14 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from tests.daemon_support import Daemon, start_daemon
+from tests.daemon_support import Daemon, start_daemon, toml_head
 from tests.issuer_support import TestIssuer, issuer_toml, running_issuer
 
 CEILING_S = 90
 
 
 def _config(tmp_path: Path, issuer: TestIssuer, extra: str = "") -> str:
-    return f"""
-[server]
-listen = "127.0.0.1:0"
-graceful_timeout_s = 1
-
-[daemon]
-acp_socket = "{tmp_path / 'run' / 'acp.sock'}"
-
+    return toml_head(tmp_path) + f"""
 [routes.demo]
 back = {{ kind = "demo", chunk_delay_s = 0 }}
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,7 +94,7 @@ async def test_the_priming_event_after_a_replay_keeps_the_run_and_what_follows_w
             stored.append("7" in transport._request_streams)
 
         nursery.start_soon(route)
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # the router stored it and waits
         assert stored == []  # waits for the resumed stream's registration
         transport._request_streams["7"] = object()
     assert stored[1] is True

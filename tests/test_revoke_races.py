@@ -33,8 +33,12 @@ def _seqs(bodies: list[bytes], above: int) -> list[int]:
     return [int(e.id) for e in events if e.id and e.event not in ("caught_up", "gone") and int(e.id) > above]
 
 
+def _said_gone(body: bytes) -> bool:
+    return any(e.event == "gone" and b"access" in e.data for e in SSEDecoder().feed(body))
+
+
 def _gone(bodies: list[bytes]) -> bool:
-    return any(e.event == "gone" and b"access" in e.data for b in bodies for e in SSEDecoder().feed(b))
+    return any(_said_gone(b) for b in bodies)
 
 
 async def test_a_stream_revoked_during_its_replay_gets_no_event_stored_after_the_reload() -> None:
@@ -44,13 +48,15 @@ async def test_a_stream_revoked_during_its_replay_gets_no_event_stored_after_the
             for i in range(40):  # several stored pages: the replay reads more than one
                 await (await session.begin_turn(prompt(f"hello {i}"))).wait()
                 await session.flush()
-            at_reload, bodies, first, gate = session.last_seq, [], trio.Event(), trio.Event()
+            at_reload, bodies, first, gate, gone = session.last_seq, [], trio.Event(), trio.Event(), trio.Event()
 
             async def send(message: dict[str, Any]) -> None:  # a slow client: its first page waits
                 if b"id: " in message.get("body", b"") and not first.is_set():
                     first.set()
                     await gate.wait()
                 bodies.append(message.get("body", b""))
+                if _said_gone(bodies[-1]):
+                    gone.set()
 
             canonical = CanonicalApi(_config(ops=True), manager, api=None)  # type: ignore[arg-type]
             async with trio.open_nursery() as nursery:
@@ -61,8 +67,7 @@ async def test_a_stream_revoked_during_its_replay_gets_no_event_stored_after_the
                 await session.flush()
                 gate.set()
                 with trio.move_on_after(5):
-                    while not _gone(bodies):
-                        await trio.sleep(0.01)
+                    await gone.wait()
                 nursery.cancel_scope.cancel()
             assert _gone(bodies), bodies[-3:]
             assert not _seqs(bodies, at_reload), "bob hears a turn begun after his access was revoked"
@@ -75,6 +80,7 @@ async def test_a_reload_landing_while_a_stream_opens_does_not_let_it_escape() ->
             await (await session.begin_turn(prompt("hello"))).wait()
             await session.flush()
             reading, reloaded, list_turns, bodies = trio.Event(), trio.Event(), manager.store.list_turns, []
+            gone = trio.Event()
 
             async def slow_list_turns(*a: Any, **kw: Any) -> Any:  # open_events' await after its check
                 reading.set()
@@ -85,6 +91,8 @@ async def test_a_reload_landing_while_a_stream_opens_does_not_let_it_escape() ->
 
             async def send(message: dict[str, Any]) -> None:
                 bodies.append(message.get("body", b""))
+                if _said_gone(bodies[-1]):
+                    gone.set()
 
             canonical = CanonicalApi(_config(ops=True), manager, api=None)  # type: ignore[arg-type]
 
@@ -99,8 +107,7 @@ async def test_a_reload_landing_while_a_stream_opens_does_not_let_it_escape() ->
                 manager.reconfigure(_config(ops=False))
                 reloaded.set()
                 with trio.move_on_after(5):
-                    while not _gone(bodies):
-                        await trio.sleep(0.01)
+                    await gone.wait()
                 at_reload = session.last_seq
                 await (await session.begin_turn(prompt("after the reload"))).wait()
                 nursery.cancel_scope.cancel()
